@@ -1,0 +1,28 @@
+"""All-reduce over mpi4py on NumPy (host) and CuPy (device) buffers.
+
+* ``allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None)``
+  with ``algorithm`` one of ``ALGORITHMS``: ``"ps"`` (parameter server),
+  ``"ring"`` (reduce-scatter + all-gather), ``"tree"`` (binomial, or any
+  ``topology.Tree`` passed as ``tree=``).
+* ``reduce_scatter`` and ``all_gather``: the two halves of the ring, on their
+  own; chunk layout from ``chunk_offsets``.
+"""
+
+from .collectives import all_gather, allreduce, reduce_scatter
+from .executor import WORKSPACE
+from .ops import DTYPES, OPS
+from .registry import ALGORITHMS
+from .ring import chunk_offsets
+from .transport import mpi_is_cuda_aware
+
+
+def free_workspace():
+    """Drop the cached scratch buffers (they are reused across calls otherwise)."""
+    WORKSPACE.clear()
+
+
+__all__ = [
+    "ALGORITHMS", "DTYPES", "OPS",
+    "allreduce", "reduce_scatter", "all_gather",
+    "chunk_offsets", "free_workspace", "mpi_is_cuda_aware",
+]

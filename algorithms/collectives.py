@@ -1,0 +1,175 @@
+"""Public entry points: ``allreduce``, ``reduce_scatter`` and ``all_gather``.
+
+Each call validates its arguments locally, then (unless ``check=False``)
+checks with one small collective that every rank passed valid and matching
+arguments, so a mistake raises the same ``ValueError``/``TypeError`` on every
+rank instead of hanging. ``check`` itself must be the same on all ranks.
+"""
+
+from mpi4py import MPI
+
+from . import ring
+from .agreement import agree
+from topology import Tree
+
+from .arrays import array_module, check_vector, overlaps, same_memory
+from .executor import Collective, private_comm
+from .ops import DTYPES, OPS, check_op_dtype, dtype_index, op_index
+from .registry import ALGORITHMS
+
+_KINDS = ("allreduce", "reduce_scatter", "all_gather")
+
+
+def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None, check=True, tree=None):
+    """Reduce ``sendbuf`` over all ranks of ``comm`` with ``op``; every rank gets the result.
+
+    ``recvbuf=None`` or ``recvbuf is sendbuf`` means in place. Ops: sum, prod,
+    max, min, avg (floating only). ``algorithm`` is a key of ``ALGORITHMS``;
+    ``tree`` (a ``topology.Tree``) replaces the binomial tree of ``"tree"``.
+    Returns the result buffer.
+    """
+    def validate(rank, size):
+        result = _result_buffer(sendbuf, recvbuf, sendbuf.size)
+        check_op_dtype(op, sendbuf.dtype)
+        if algorithm not in ALGORITHMS:
+            raise ValueError(f"unknown algorithm {algorithm!r}; choices: {', '.join(ALGORITHMS)}")
+        if tree is not None:
+            if not isinstance(tree, Tree):
+                raise TypeError(f"tree must be a topology.Tree, got {type(tree).__name__}")
+            if not getattr(ALGORITHMS[algorithm], "uses_tree", False):
+                raise ValueError(f"algorithm {algorithm!r} takes no tree")
+            if tree.size != size:
+                raise ValueError(f"the tree spans {tree.size} ranks, the communicator has {size}")
+        return result, sendbuf.size
+
+    coll, result = _prepare("allreduce", sendbuf, op, algorithm, comm, check, tree, validate)
+    run = ALGORITHMS[algorithm]
+    if tree is not None:
+        run(coll, sendbuf, result, tree=tree)
+    else:
+        run(coll, sendbuf, result)
+    coll.finish(result)
+    return result
+
+
+def reduce_scatter(sendbuf, recvbuf=None, *, op="sum", comm=None, check=True):
+    """Ring reduce-scatter: rank r gets chunk r of the reduction of ``sendbuf``.
+
+    Chunks follow ``chunk_offsets(sendbuf.size, N)`` (sizes differ by at most
+    one, the larger first). ``recvbuf`` must hold this rank's chunk; when it
+    is None the reduction happens in ``sendbuf`` (which is overwritten) and a
+    view of this rank's chunk in it is returned.
+    """
+    def validate(rank, size):
+        offsets = ring.chunk_offsets(sendbuf.size, size)
+        own = slice(offsets[rank], offsets[rank + 1])
+        if recvbuf is None or same_memory(recvbuf, sendbuf):
+            result = _result_buffer(sendbuf, None, sendbuf.size)[own]
+        else:
+            result = _result_buffer(sendbuf, recvbuf, own.stop - own.start)
+        check_op_dtype(op, sendbuf.dtype)
+        return result, sendbuf.size
+
+    coll, result = _prepare("reduce_scatter", sendbuf, op, None, comm, check, None, validate)
+    in_place = recvbuf is None or same_memory(recvbuf, sendbuf)
+    ring.reduce_scatter(coll, sendbuf, sendbuf if in_place else None, result)
+    coll.finish(result)
+    return result
+
+
+def all_gather(sendbuf, recvbuf=None, *, comm=None, check=True):
+    """Ring all-gather: every rank contributes its chunk and gets the whole vector.
+
+    Out of place, ``sendbuf`` is this rank's chunk and ``recvbuf`` the whole
+    vector, with chunks laid out by ``chunk_offsets(recvbuf.size, N)``. In
+    place (``recvbuf`` None), ``sendbuf`` is the whole vector with this rank's
+    chunk already at its place. Returns the whole vector.
+    """
+    def validate(rank, size):
+        if recvbuf is None or same_memory(recvbuf, sendbuf):
+            return _result_buffer(sendbuf, None, sendbuf.size), sendbuf.size
+        check_vector(recvbuf, "recvbuf", writable=True)
+        offsets = ring.chunk_offsets(recvbuf.size, size)
+        expected = offsets[rank + 1] - offsets[rank]
+        if sendbuf.size != expected:
+            raise ValueError(
+                f"sendbuf has {sendbuf.size} elements, but chunk {rank} of a "
+                f"{recvbuf.size}-element recvbuf over {size} ranks has {expected}"
+            )
+        return _result_buffer(sendbuf, recvbuf, recvbuf.size), recvbuf.size
+
+    coll, whole = _prepare("all_gather", sendbuf, None, None, comm, check, None, validate)
+    if not same_memory(sendbuf, whole):
+        offsets = ring.chunk_offsets(whole.size, coll.size)
+        coll.start_in(sendbuf, whole[offsets[coll.rank]:offsets[coll.rank + 1]])
+    ring.all_gather(coll, whole)
+    return whole
+
+
+def _result_buffer(sendbuf, recvbuf, count):
+    """Check ``recvbuf`` against the (already checked) ``sendbuf``; return the result buffer."""
+    xp = array_module(sendbuf)
+    if recvbuf is None or same_memory(recvbuf, sendbuf):
+        check_vector(sendbuf, "sendbuf", writable=True)
+        return sendbuf
+    if check_vector(recvbuf, "recvbuf", writable=True) is not xp:
+        raise TypeError("sendbuf and recvbuf must both be NumPy arrays or both CuPy arrays")
+    if recvbuf.dtype != sendbuf.dtype:
+        raise TypeError(f"recvbuf dtype {recvbuf.dtype} differs from sendbuf dtype {sendbuf.dtype}")
+    if recvbuf.size != count:
+        raise ValueError(f"recvbuf has {recvbuf.size} elements, expected {count}")
+    if overlaps(recvbuf, sendbuf):
+        raise ValueError("sendbuf and recvbuf overlap without being the same buffer")
+    return recvbuf
+
+
+def _prepare(name, sendbuf, op, algorithm, comm, check, tree, validate):
+    """Resolve the communicator, validate locally, agree across ranks; return (Collective, result)."""
+    comm = MPI.COMM_WORLD if comm is None else comm
+    if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
+        raise TypeError(f"{name}: comm must be an mpi4py intracommunicator, got {comm!r}")
+    comm = private_comm(comm)
+    rank, size = comm.Get_rank(), comm.Get_size()
+    problem, result, count = None, None, -1
+    try:
+        check_vector(sendbuf, "sendbuf")
+        dtype_index(sendbuf.dtype)
+        if op is not None:
+            op_index(op)
+        result, count = validate(rank, size)
+    except (TypeError, ValueError) as exc:
+        problem = exc
+    if check:
+        fields = {
+            "collective": _KINDS.index(name),
+            "count": count,
+            "dtype": _field(lambda: dtype_index(sendbuf.dtype)),
+            "op": _field(lambda: op_index(op)) if op is not None else 0,
+            "algorithm": _field(lambda: list(ALGORITHMS).index(algorithm)) if algorithm else 0,
+            "tree": tree.digest() if isinstance(tree, Tree) else 0,
+        }
+        agree(comm, name, problem, fields, _describe)
+    elif problem is not None:
+        raise problem
+    return Collective(comm, array_module(result), op), result
+
+
+def _field(index):
+    try:
+        return index()
+    except Exception:
+        return -1
+
+
+def _describe(field, value):
+    names = {
+        "collective": _KINDS,
+        "dtype": [dt.name for dt in DTYPES],
+        "op": list(OPS),
+        "algorithm": list(ALGORITHMS),
+    }.get(field)
+    if names is not None and 0 <= value < len(names):
+        return repr(names[value])
+    if field == "tree" and value:
+        return f"checksum {value}"
+    return "unknown" if value == -1 else str(value)

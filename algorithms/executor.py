@@ -1,0 +1,105 @@
+"""The machinery every algorithm shares: private communicator, workspace, transport, reduction.
+
+An algorithm is a function ``run(coll, sendbuf, recvbuf)`` that leaves the
+reduced vector in ``recvbuf`` (``recvbuf is sendbuf`` when in place); it talks
+only through ``coll.send``/``coll.recv``/``coll.sendrecv`` and reduces only
+through ``coll.combine``, so it works unchanged on NumPy and CuPy buffers.
+"""
+
+import numpy as np
+from mpi4py import MPI
+
+from .arrays import copy_into, is_device, same_memory
+from .ops import combiner
+from .transport import choose_transport
+
+
+class Workspace:
+    """Scratch buffers reused across calls, one per (module, dtype, slot), grown on demand.
+
+    Repeated calls of the same size allocate nothing after the first.
+    """
+
+    def __init__(self):
+        self._buffers = {}
+
+    def get(self, xp, dtype, count, slot):
+        key = (xp.__name__, np.dtype(dtype).str, slot)
+        buf = self._buffers.get(key)
+        if buf is None or buf.size < count:
+            buf = self._buffers[key] = xp.empty(count, dtype)
+        return buf[:count]
+
+    def host(self, xp, nbytes, slot):
+        """A host byte buffer for staging (page-locked when ``xp`` is CuPy)."""
+        key = ("host", xp.__name__, slot)
+        buf = self._buffers.get(key)
+        if buf is None or buf.size < nbytes:
+            if is_device(xp):
+                import cupyx
+
+                buf = cupyx.empty_pinned((nbytes,), np.uint8)
+            else:
+                buf = np.empty(nbytes, np.uint8)
+            self._buffers[key] = buf
+        return buf[:nbytes]
+
+    def clear(self):
+        self._buffers.clear()
+
+
+WORKSPACE = Workspace()
+
+_PRIVATE_KEYVAL = None
+
+
+def _free_private(comm, keyval, private):
+    if not MPI.Is_finalized():
+        private.Free()
+
+
+def private_comm(comm):
+    """A duplicate of ``comm`` cached on it as an attribute, so our messages never
+    match the caller's. Collective on the first call for each communicator."""
+    global _PRIVATE_KEYVAL
+    if _PRIVATE_KEYVAL is None:
+        _PRIVATE_KEYVAL = MPI.Comm.Create_keyval(delete_fn=_free_private)
+    private = comm.Get_attr(_PRIVATE_KEYVAL)
+    if private is None:
+        private = comm.Dup()
+        comm.Set_attr(_PRIVATE_KEYVAL, private)
+    return private
+
+
+class Collective:
+    """Context of one collective call: who we are, how to move bytes, how to reduce."""
+
+    def __init__(self, comm, xp, op=None):
+        self.comm = comm
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+        self.xp = xp
+        self.op = op
+        self._ufunc = combiner(xp, op) if op is not None else None
+        self.transport = choose_transport(xp)(comm, xp, WORKSPACE)
+        self.send = self.transport.send
+        self.recv = self.transport.recv
+        self.sendrecv = self.transport.sendrecv
+
+    def scratch(self, dtype, count, slot="scratch"):
+        """A reusable workspace vector of ``count`` elements."""
+        return WORKSPACE.get(self.xp, dtype, count, slot)
+
+    def combine(self, acc, incoming, out=None):
+        """``out = acc (op) incoming`` element-wise; ``out`` defaults to ``acc``."""
+        self._ufunc(acc, incoming, out=acc if out is None else out)
+
+    def start_in(self, sendbuf, recvbuf):
+        """Copy the input into the result buffer unless the call is in place."""
+        if not same_memory(sendbuf, recvbuf):
+            copy_into(recvbuf, sendbuf)
+
+    def finish(self, result):
+        """Apply what the op needs after the reduction (``avg``: divide by the rank count)."""
+        if self.op == "avg" and self.size > 1:
+            self.xp.divide(result, self.size, out=result)

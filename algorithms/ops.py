@@ -1,0 +1,59 @@
+"""Reduction operators and element types that every collective here supports.
+
+An op is applied with the array's own module (``numpy`` or ``cupy``), as
+``ufunc(a, b, out=a)``, so the same table serves CPU and GPU buffers.
+``avg`` is ``sum`` followed by division by the rank count (floats only), as
+NCCL's ``ncclAvg``.
+"""
+
+import numpy as np
+
+#: Op name -> name of the element-wise ufunc that combines two partial results.
+OPS = {
+    "sum": "add",
+    "prod": "multiply",
+    "max": "maximum",
+    "min": "minimum",
+    "avg": "add",
+}
+
+#: Supported element types, in a fixed order (the index is exchanged between ranks).
+DTYPES = tuple(
+    np.dtype(name)
+    for name in (
+        "int8", "int16", "int32", "int64",
+        "uint8", "uint16", "uint32", "uint64",
+        "float16", "float32", "float64",
+    )
+)
+
+_DTYPE_INDEX = {dt: i for i, dt in enumerate(DTYPES)}
+_OP_INDEX = {name: i for i, name in enumerate(OPS)}
+
+
+def dtype_index(dtype):
+    """Index of ``dtype`` in :data:`DTYPES`; ``TypeError`` naming the choices if unsupported."""
+    try:
+        return _DTYPE_INDEX[np.dtype(dtype)]
+    except (KeyError, TypeError):
+        choices = ", ".join(dt.name for dt in DTYPES)
+        raise TypeError(f"unsupported dtype {dtype!s}; supported: {choices}") from None
+
+
+def op_index(op):
+    """Index of ``op`` in :data:`OPS`; ``ValueError`` naming the choices if unknown."""
+    try:
+        return _OP_INDEX[op]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown op {op!r}; choices: {', '.join(OPS)}") from None
+
+
+def check_op_dtype(op, dtype):
+    """Reject combinations that have no exact meaning: ``avg`` needs a floating dtype."""
+    if op == "avg" and np.dtype(dtype).kind != "f":
+        raise TypeError(f"op 'avg' needs a floating dtype, got {np.dtype(dtype).name}; use 'sum'")
+
+
+def combiner(xp, op):
+    """The ufunc of array module ``xp`` that combines two partial results for ``op``."""
+    return getattr(xp, OPS[op])

@@ -1,0 +1,31 @@
+"""Tree all-reduce: reduce up a tree to its root, then broadcast back down.
+
+The tree is data (:class:`topology.Tree`): the binomial tree by default, or
+any tree ``topology`` builds, such as the bottleneck-matched one. Each rank
+receives from its children (latest level first) and reduces, sends to its
+parent, receives the result from it and forwards it to its children (earliest
+level first). Binomial: T ~ 2 ceil(log2 N)(alpha + M/beta); a matched tree:
+sum over levels of 2(alpha + M/beta_level).
+"""
+
+from topology import binomial_tree
+
+
+def allreduce(coll, sendbuf, recvbuf, tree=None):
+    tree = tree if tree is not None else binomial_tree(coll.size)
+    parent = tree.parent[coll.rank]
+    children = tree.children(coll.rank)
+    coll.start_in(sendbuf, recvbuf)
+    if children:
+        incoming = coll.scratch(recvbuf.dtype, recvbuf.size, "tree-in")
+    for child in reversed(children):
+        coll.recv(incoming, child)
+        coll.combine(recvbuf, incoming)
+    if parent >= 0:
+        coll.send(recvbuf, parent)
+        coll.recv(recvbuf, parent)
+    for child in children:
+        coll.send(recvbuf, child)
+
+
+allreduce.uses_tree = True

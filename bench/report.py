@@ -1,0 +1,64 @@
+"""The nccl-tests text format: header, one row per size, out-of-bounds and average lines.
+
+Row format as nccl-tests prints it: ``%12li  %12li  %8s  %6s  %6i`` (size, count,
+type, redop, root), then for out-of-place and in-place ``  %7s  %6.2f  %6.2f  %6g``
+(time in us, algbw and busbw in GB/s, #wrong), so parsers written for
+nccl-tests (SuperBench's, for one) read it unchanged.
+"""
+
+import math
+
+COLUMNS = (
+    "#                                                              out-of-place                       in-place          \n"
+    "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong\n"
+    "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)       "
+)
+
+#: nccl-tests' names for element types.
+TYPE_NAMES = {
+    "int8": "int8", "uint8": "uint8", "int32": "int32", "uint32": "uint32",
+    "int64": "int64", "uint64": "uint64", "float16": "half", "float32": "float",
+    "float64": "double", "int16": "int16", "uint16": "uint16",
+}
+
+
+def bus_factor(collective, ranks):
+    """busbw / algbw (nccl-tests' PERFORMANCE.md): all-reduce 2(n-1)/n; reduce-scatter and all-gather (n-1)/n."""
+    if ranks <= 1:
+        return 0.0
+    return (2.0 if collective == "allreduce" else 1.0) * (ranks - 1) / ranks
+
+
+def bandwidths(nbytes, seconds, factor):
+    """(algbw, busbw) in GB/s (1e9 bytes)."""
+    if seconds <= 0:
+        return 0.0, 0.0
+    algbw = nbytes / seconds / 1e9
+    return algbw, algbw * factor
+
+
+def time_text(us):
+    """nccl-tests prints times with fewer decimals as they grow."""
+    if us >= 10000:
+        return f"{us:7.0f}"
+    if us >= 100:
+        return f"{us:7.1f}"
+    return f"{us:7.2f}"
+
+
+def row(size, count, dtype, op, root, results):
+    """One table row; ``results`` is [(seconds, algbw, busbw, wrong)] for out-of-place, in-place."""
+    text = f"{size:12d}  {count:12d}  {TYPE_NAMES.get(dtype, dtype):>8s}  {op:>6s}  {root:6d}"
+    for seconds, algbw, busbw, wrong in results:
+        wrong_text = "N/A" if wrong is None else f"{wrong:g}"
+        text += f"  {time_text(seconds * 1e6)}  {algbw:6.2f}  {busbw:6.2f}  {wrong_text:>6s}"
+    return text
+
+
+def footer(total_wrong, busbws):
+    """The two closing lines nccl-tests prints."""
+    status = "OK" if total_wrong == 0 else "FAILED"
+    average = sum(busbws) / len(busbws) if busbws else 0.0
+    if not math.isfinite(average):
+        average = 0.0
+    return f"# Out of bounds values : {total_wrong} {status}\n# Avg bus bandwidth    : {average:g}"

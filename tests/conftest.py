@@ -1,0 +1,31 @@
+"""Helpers for launching the multi-rank suites under the venv's real mpiexec."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def mpiexec():
+    """The mpiexec beside this Python (the ``mpich`` wheel's Hydra), else the one on PATH."""
+    here = Path(sys.executable).parent / "mpiexec"
+    found = str(here) if here.exists() else shutil.which("mpiexec")
+    if not found:
+        pytest.fail("no mpiexec: install the package (pip install -e .[test]) into this Python's venv")
+    return found
+
+
+def run_mpi(ranks, args, timeout, env=None):
+    """Run ``python ARGS`` on ``ranks`` ranks; a hang becomes a failure after ``timeout`` s."""
+    command = [mpiexec(), "-n", str(ranks), sys.executable, *args]
+    full_env = {**os.environ, **(env or {})}
+    try:
+        return subprocess.run(command, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        out = (exc.stdout or b"")[-4000:]
+        pytest.fail(f"{' '.join(command)} did not finish in {timeout} s (deadlock?)\n{out!r}")

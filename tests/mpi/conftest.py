@@ -1,0 +1,64 @@
+"""Shared pieces for the tests that run on every rank under mpiexec (pytest --with-mpi)."""
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+
+@pytest.fixture
+def comm():
+    return MPI.COMM_WORLD
+
+
+def rank_input(dtype, op, count, rank, size, salt=0):
+    """Rank ``rank``'s input: small integers whose reduction is exact in every dtype, in any order.
+
+    sum/avg: values in [-4, 4] (unsigned: [0, 8]), so 8 ranks stay within int8/uint8.
+    prod: +-1, times 2 on one rank per element, so the product is +-1 or +-2.
+    max/min: values spread over [-100, 100] (unsigned [0, 200]).
+    """
+    dtype = np.dtype(dtype)
+    i = np.arange(count, dtype=np.int64)
+    signed = dtype.kind != "u"
+    if op in ("sum", "avg"):
+        v = (i * 7 + rank * 13 + salt) % 9 - (4 if signed else 0)
+    elif op == "prod":
+        v = np.where((i + rank + salt) % 3 == 0, -1 if signed else 1, 1)
+        v = v * np.where(i % size == rank, 2, 1)
+    else:
+        v = (i * 31 + rank * 17 + salt) % 201 - (100 if signed else 0)
+    return v.astype(dtype)
+
+
+def numpy_reference(dtype, op, count, size, salt=0):
+    """The exact reduction computed by NumPy from every rank's input, rank order."""
+    ufunc = {"sum": np.add, "avg": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}[op]
+    result = rank_input(dtype, op, count, 0, size, salt)
+    for r in range(1, size):
+        ufunc(result, rank_input(dtype, op, count, r, size, salt), out=result)
+    if op == "avg":
+        np.divide(result, size, out=result)
+    return result
+
+
+def native_reference(comm, sendbuf, op):
+    """``comm.Allreduce`` (the MPI library's own), with avg as sum / size."""
+    mpi_op = {"sum": MPI.SUM, "avg": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}[op]
+    out = np.empty_like(sendbuf)
+    comm.Allreduce(sendbuf, out, op=mpi_op)
+    if op == "avg":
+        np.divide(out, comm.size, out=out)
+    return out
+
+
+def wrong_elements(result, expected):
+    """Elements that differ bit for bit."""
+    if result.dtype != expected.dtype or result.shape != expected.shape:
+        return max(result.size, expected.size) or 1
+    width = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[result.dtype.itemsize]
+    return int(np.count_nonzero(result.view(width) != expected.view(width)))
+
+
+def counts_for(size):
+    """0, 1, N-1, N, N+1, a prime, and about a million (a prime too)."""
+    return sorted({0, 1, max(size - 1, 0), size, size + 1, 1009, 1_000_003})

@@ -1,0 +1,178 @@
+"""Bad arguments raise a clear error on every rank, within seconds, and leave the
+communicator usable (no stray messages, no rank left waiting)."""
+
+import time
+
+import numpy as np
+import pytest
+
+import algorithms
+from topology import binomial_tree
+
+pytestmark = pytest.mark.mpi
+
+
+def raises_everywhere(comm, error, match, call):
+    """Every rank must raise ``error`` matching ``match``; then a normal all-reduce must work."""
+    started = time.monotonic()
+    with pytest.raises(error, match=match):
+        call()
+    assert time.monotonic() - started < 5, "the error took more than 5 seconds"
+    for algorithm in algorithms.ALGORITHMS:
+        x = np.full(17, comm.rank + 1, dtype=np.int64)
+        algorithms.allreduce(x, algorithm=algorithm)
+        assert (x == comm.size * (comm.size + 1) // 2).all()
+
+
+def x32(n=10):
+    return np.arange(n, dtype=np.float32)
+
+
+@pytest.mark.parametrize("algorithm", sorted(algorithms.ALGORITHMS))
+def test_sizes_differ(comm, algorithm):
+    raises_everywhere(comm, ValueError, "recvbuf has 9 elements, expected 10",
+                      lambda: algorithms.allreduce(x32(), x32(9), algorithm=algorithm))
+
+
+def test_dtypes_differ(comm):
+    raises_everywhere(comm, TypeError, "recvbuf dtype float64 differs from sendbuf dtype float32",
+                      lambda: algorithms.allreduce(x32(), np.zeros(10)))
+
+
+def test_not_contiguous(comm):
+    raises_everywhere(comm, ValueError, "sendbuf must be contiguous",
+                      lambda: algorithms.allreduce(x32(20)[::2]))
+
+
+def test_multidimensional(comm):
+    raises_everywhere(comm, ValueError, r"sendbuf must be 1-D, got shape \(2, 5\)",
+                      lambda: algorithms.allreduce(x32().reshape(2, 5)))
+
+
+def test_not_an_array(comm):
+    raises_everywhere(comm, TypeError, "NumPy or CuPy arrays, got list",
+                      lambda: algorithms.allreduce([1.0, 2.0]))
+
+
+def test_unsupported_dtype(comm):
+    raises_everywhere(comm, TypeError, "unsupported dtype complex128; supported: int8",
+                      lambda: algorithms.allreduce(np.zeros(4, complex)))
+
+
+def test_read_only_recvbuf(comm):
+    frozen = x32()
+    frozen.flags.writeable = False
+    raises_everywhere(comm, ValueError, "recvbuf is read-only",
+                      lambda: algorithms.allreduce(x32(), frozen))
+
+
+def test_overlapping_buffers(comm):
+    buf = x32(20)
+    raises_everywhere(comm, ValueError, "overlap",
+                      lambda: algorithms.allreduce(buf[:10], buf[5:15]))
+
+
+def test_unknown_op_lists_choices(comm):
+    raises_everywhere(comm, ValueError, r"unknown op 'mean'; choices: sum, prod, max, min, avg",
+                      lambda: algorithms.allreduce(x32(), op="mean"))
+
+
+def test_unknown_algorithm_lists_choices(comm):
+    raises_everywhere(comm, ValueError, r"unknown algorithm 'butterfly'; choices: ps, ring, tree",
+                      lambda: algorithms.allreduce(x32(), algorithm="butterfly"))
+
+
+@pytest.mark.parametrize("dtype", ["int32", "uint8"])
+def test_avg_on_integers(comm, dtype):
+    raises_everywhere(comm, TypeError, "op 'avg' needs a floating dtype",
+                      lambda: algorithms.allreduce(np.ones(5, dtype), op="avg"))
+
+
+def test_tree_of_wrong_size(comm):
+    raises_everywhere(comm, ValueError, f"the tree spans {comm.size + 1} ranks",
+                      lambda: algorithms.allreduce(x32(), algorithm="tree", tree=binomial_tree(comm.size + 1)))
+
+
+def test_tree_with_ring(comm):
+    raises_everywhere(comm, ValueError, "algorithm 'ring' takes no tree",
+                      lambda: algorithms.allreduce(x32(), algorithm="ring", tree=binomial_tree(comm.size)))
+
+
+def test_reduce_scatter_wrong_recvbuf(comm):
+    raises_everywhere(comm, ValueError, "recvbuf has 11 elements",
+                      lambda: algorithms.reduce_scatter(x32(), x32(11)))
+
+
+def test_all_gather_wrong_chunk(comm):
+    raises_everywhere(comm, ValueError, "sendbuf has 11 elements, but chunk",
+                      lambda: algorithms.all_gather(x32(11), x32(10)))
+
+
+def test_bad_comm(comm):
+    with pytest.raises(TypeError, match="comm must be an mpi4py intracommunicator"):
+        algorithms.allreduce(x32(), comm="world")
+
+
+# ---- ranks that disagree: the error must name the field and the ranks, on every rank ----
+
+needs_two = pytest.mark.mpi(min_size=2)
+
+
+@needs_two
+@pytest.mark.parametrize("algorithm", sorted(algorithms.ALGORITHMS))
+def test_ranks_disagree_about_count(comm, algorithm):
+    n = 10 if comm.rank == 0 else 11
+    raises_everywhere(comm, ValueError, r"ranks disagree about count: 10 on rank 0; 11 on rank",
+                      lambda: algorithms.allreduce(x32(n), algorithm=algorithm))
+
+
+@needs_two
+def test_ranks_disagree_about_dtype(comm):
+    dtype = np.float64 if comm.rank == 1 else np.float32
+    raises_everywhere(comm, ValueError, r"dtype: .*'float64' on rank 1",
+                      lambda: algorithms.allreduce(np.zeros(8, dtype)))
+
+
+@needs_two
+def test_ranks_disagree_about_op(comm):
+    op = "max" if comm.rank == comm.size - 1 else "sum"
+    raises_everywhere(comm, ValueError, rf"op: .*'max' on rank {comm.size - 1}",
+                      lambda: algorithms.allreduce(x32(), op=op))
+
+
+@needs_two
+def test_ranks_disagree_about_algorithm(comm):
+    algorithm = "ps" if comm.rank == 0 else "ring"
+    raises_everywhere(comm, ValueError, r"algorithm: 'ps' on rank 0; 'ring' on rank",
+                      lambda: algorithms.allreduce(x32(), algorithm=algorithm))
+
+
+@needs_two
+def test_ranks_disagree_about_tree(comm):
+    tree = binomial_tree(comm.size, root=1 if comm.rank == 0 else 0)
+    raises_everywhere(comm, ValueError, r"ranks disagree about tree",
+                      lambda: algorithms.allreduce(x32(), algorithm="tree", tree=tree))
+
+
+@needs_two
+def test_ranks_disagree_about_collective(comm):
+    def call():
+        if comm.rank == 0:
+            return algorithms.reduce_scatter(x32())
+        return algorithms.allreduce(x32())
+    raises_everywhere(comm, ValueError, r"collective: 'reduce_scatter' on rank 0", call)
+
+
+@needs_two
+def test_one_rank_passes_a_bad_buffer(comm):
+    """Only rank 1 is wrong; every rank raises, naming rank 1 and its problem."""
+    buf = x32().reshape(2, 5) if comm.rank == 1 else x32()
+    raises_everywhere(comm, ValueError, r"sendbuf must be 1-D, got shape \(2, 5\); pass buf.ravel\(\) \(on rank 1\)$",
+                      lambda: algorithms.allreduce(buf))
+
+
+@needs_two
+def test_one_rank_asks_avg_of_integers(comm):
+    dtype = np.int32 if comm.rank == 0 else np.float32
+    raises_everywhere(comm, TypeError, r"^allreduce: op 'avg' needs a floating dtype, got int32; use 'sum' \(on rank 0\)$",
+                      lambda: algorithms.allreduce(np.ones(4, dtype), op="avg"))

@@ -1,0 +1,174 @@
+"""Every algorithm against comm.Allreduce and a NumPy reference, bit for bit.
+
+All ops x all dtypes x in/out of place x counts 0, 1, N-1, N, N+1, a prime, ~1M.
+"""
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import algorithms
+from conftest import counts_for, native_reference, numpy_reference, rank_input, wrong_elements
+from topology import Tree, binomial_tree
+
+pytestmark = pytest.mark.mpi
+
+DTYPES = [dt.name for dt in algorithms.DTYPES]
+
+
+def ops_for(dtype):
+    return [op for op in algorithms.OPS if not (op == "avg" and np.dtype(dtype).kind != "f")]
+
+
+def cases(comm, dtype):
+    """(op, count, input, expected) for every op and count; expected checked against native MPI."""
+    for op in ops_for(dtype):
+        for count in counts_for(comm.size):
+            x = rank_input(dtype, op, count, comm.rank, comm.size)
+            expected = numpy_reference(dtype, op, count, comm.size)
+            native = native_reference(comm, x, op)
+            assert wrong_elements(native, expected) == 0, f"native MPI disagrees with NumPy: {op} {count}"
+            yield op, count, x, expected
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("algorithm", sorted(algorithms.ALGORITHMS))
+def test_allreduce_matches_references(comm, algorithm, dtype):
+    failures = []
+    for op, count, x, expected in cases(comm, dtype):
+        out = np.full_like(x, 99)
+        result = algorithms.allreduce(x, out, op=op, algorithm=algorithm)
+        if result is not out:
+            failures.append(f"{op} n={count}: out-of-place did not return recvbuf")
+        bad = wrong_elements(out, expected)
+        if bad:
+            failures.append(f"{op} n={count} out-of-place: {bad} wrong")
+        if wrong_elements(x, rank_input(dtype, op, count, comm.rank, comm.size)):
+            failures.append(f"{op} n={count}: sendbuf was modified")
+        inplace = x.copy()
+        result = algorithms.allreduce(inplace, op=op, algorithm=algorithm)
+        bad = wrong_elements(inplace, expected)
+        if bad or result is not inplace:
+            failures.append(f"{op} n={count} in-place: {bad} wrong")
+        same = x.copy()
+        algorithms.allreduce(same, same, op=op, algorithm=algorithm)
+        if wrong_elements(same, expected):
+            failures.append(f"{op} n={count} recvbuf is sendbuf: wrong")
+    assert not failures, f"rank {comm.rank}: " + "; ".join(failures)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_reduce_scatter_matches_references(comm, dtype):
+    failures = []
+    for op, count, x, expected in cases(comm, dtype):
+        offsets = algorithms.chunk_offsets(count, comm.size)
+        own = expected[offsets[comm.rank]:offsets[comm.rank + 1]]
+        out = np.full(own.size, 99, dtype=x.dtype)
+        algorithms.reduce_scatter(x, out, op=op)
+        if wrong_elements(out, own):
+            failures.append(f"{op} n={count} out-of-place")
+        inplace = x.copy()
+        view = algorithms.reduce_scatter(inplace, op=op)
+        if wrong_elements(view, own) or (view.size and not np.shares_memory(view, inplace)):
+            failures.append(f"{op} n={count} in-place")
+    assert not failures, f"rank {comm.rank}: " + "; ".join(failures)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_all_gather_matches_native_allgatherv(comm, dtype):
+    failures = []
+    for count in counts_for(comm.size):
+        offsets = algorithms.chunk_offsets(count, comm.size)
+        whole = rank_input(dtype, "max", count, 0, 1, salt=5)  # same vector on every rank
+        chunk = whole[offsets[comm.rank]:offsets[comm.rank + 1]].copy()
+        native = np.empty_like(whole)
+        sizes = np.diff(offsets)
+        comm.Allgatherv(chunk, [native, (sizes.tolist(), offsets[:-1])])
+        assert wrong_elements(native, whole) == 0
+        out = np.full_like(whole, 7)
+        algorithms.all_gather(chunk, out)
+        if wrong_elements(out, whole):
+            failures.append(f"n={count} out-of-place")
+        inplace = np.zeros_like(whole)
+        inplace[offsets[comm.rank]:offsets[comm.rank + 1]] = chunk
+        algorithms.all_gather(inplace)
+        if wrong_elements(inplace, whole):
+            failures.append(f"n={count} in-place")
+    assert not failures, f"rank {comm.rank}: " + "; ".join(failures)
+
+
+def trees_for(size):
+    """Trees of every shape the executor may be handed: binomial from each root, a chain,
+    a star, and random level-by-level trees (the same on every rank)."""
+    trees = [binomial_tree(size, root) for root in range(size)]
+    chain = [[(r, r + 1)] for r in range(size - 1)]
+    trees.append(Tree.from_levels(size, 0, chain))
+    star = [[(size - 1, r)] for r in range(size - 1)]
+    trees.append(Tree.from_levels(size, size - 1, star))
+    rng = np.random.default_rng(1234 + size)
+    for _ in range(4):
+        order = [int(r) for r in rng.permutation(size)]
+        inside, outside, levels = [order[0]], order[1:], []
+        while outside:
+            k = int(rng.integers(1, min(len(inside), len(outside)) + 1))
+            parents = [int(p) for p in rng.choice(inside, size=k, replace=False)]
+            level = list(zip(parents, outside[:k]))
+            inside += outside[:k]
+            outside = outside[k:]
+            levels.append(level)
+        trees.append(Tree.from_levels(size, order[0], levels))
+    return trees
+
+
+@pytest.mark.parametrize("op", ["sum", "max"])
+def test_tree_executor_runs_any_tree(comm, op):
+    failures = []
+    for t, tree in enumerate(trees_for(comm.size)):
+        for count in (comm.size + 1, 4099):
+            x = rank_input("int32", op, count, comm.rank, comm.size)
+            expected = numpy_reference("int32", op, count, comm.size)
+            out = algorithms.allreduce(x, np.empty_like(x), op=op, algorithm="tree", tree=tree)
+            if wrong_elements(out, expected):
+                failures.append(f"tree {t} (root {tree.root}, {tree.depth()} levels) n={count}")
+    assert not failures, f"rank {comm.rank}: " + "; ".join(failures)
+
+
+def test_private_communicator_leaves_user_messages_alone(comm):
+    """A receive the caller has posted on the same communicator must not catch our traffic."""
+    if comm.size < 2:
+        pytest.skip("needs two ranks")
+    pending = np.full(4, -1, dtype=np.int32)
+    request = comm.Irecv(pending, source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG)
+    for algorithm in algorithms.ALGORITHMS:
+        x = np.arange(64, dtype=np.int32) + comm.rank
+        algorithms.allreduce(x, algorithm=algorithm)
+    matched_early = request.Test()
+    comm.Barrier()  # nobody sends the real message before every rank has looked
+    peer = (comm.rank - 1) % comm.size
+    comm.Send(np.full(4, comm.rank, dtype=np.int32), (comm.rank + 1) % comm.size, tag=3)
+    request.Wait()
+    assert not matched_early, "the collective's messages matched the caller's receive"
+    assert pending.tolist() == [peer] * 4
+
+
+def test_subcommunicator(comm):
+    """The comm argument is honoured: even and odd ranks reduce separately."""
+    sub = comm.Split(comm.rank % 2, comm.rank)
+    members = list(range(comm.rank % 2, comm.size, 2))
+    for algorithm in algorithms.ALGORITHMS:
+        x = np.full(1001, comm.rank, dtype=np.int64)
+        algorithms.allreduce(x, algorithm=algorithm, comm=sub)
+        assert (x == sum(members)).all(), algorithm
+    sub.Free()
+
+
+def test_repeated_calls_reuse_workspace(comm):
+    """After the first call of a size, further calls allocate no new scratch buffers."""
+    x = np.ones(100_003, dtype=np.float32)
+    for algorithm in algorithms.ALGORITHMS:
+        algorithms.allreduce(x, np.empty_like(x), algorithm=algorithm)
+    before = {k: id(v) for k, v in algorithms.WORKSPACE._buffers.items()}
+    for algorithm in algorithms.ALGORITHMS:
+        algorithms.allreduce(x, np.empty_like(x), algorithm=algorithm)
+    after = {k: id(v) for k, v in algorithms.WORKSPACE._buffers.items()}
+    assert before == after

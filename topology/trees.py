@@ -1,0 +1,88 @@
+"""Spanning trees as plain data, the form the tree all-reduce executor runs.
+
+A tree over ranks ``0..size-1`` is grown level by level (seed 001): level k is
+a set of disjoint (parent, child) pairs in which every parent is already in
+the tree and every child joins it. The reduce phase walks the levels from the
+last to the first (children send to parents), the broadcast phase walks them
+from the first to the last.
+"""
+
+import numbers
+import zlib
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Tree:
+    """A rooted spanning tree: ``root``, ``parent[rank]`` (``-1`` at the root) and ``levels``.
+
+    ``levels[k]`` is a tuple of (parent, child) pairs; no rank appears twice in
+    one level. ``bottlenecks[k]``, when known, is level k's slowest link (GB/s).
+    Construct with :meth:`from_levels`, which validates.
+    """
+
+    root: int
+    parent: tuple
+    levels: tuple
+    bottlenecks: tuple = field(default=(), compare=False)
+
+    @property
+    def size(self):
+        return len(self.parent)
+
+    @classmethod
+    def from_levels(cls, size, root, levels, bottlenecks=()):
+        """Build and validate a tree over ``size`` ranks from its levels of (parent, child) pairs."""
+        if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 1:
+            raise ValueError(f"tree size must be a positive integer, got {size!r}")
+        if not 0 <= root < size:
+            raise ValueError(f"tree root {root} is not a rank of 0..{size - 1}")
+        parent = [None] * size
+        parent[root] = -1
+        frozen = []
+        for k, level in enumerate(levels):
+            seen = set()
+            pairs = tuple((int(p), int(c)) for p, c in level)
+            for p, c in pairs:
+                for rank in (p, c):
+                    if not 0 <= rank < size:
+                        raise ValueError(f"tree level {k}: rank {rank} is not in 0..{size - 1}")
+                    if rank in seen:
+                        raise ValueError(f"tree level {k}: rank {rank} appears in two pairs")
+                    seen.add(rank)
+                if parent[p] is None:
+                    raise ValueError(f"tree level {k}: parent {p} is not in the tree yet")
+                if parent[c] is not None:
+                    raise ValueError(f"tree level {k}: rank {c} is already in the tree")
+            for p, c in pairs:
+                parent[c] = p
+            frozen.append(pairs)
+        missing = [rank for rank, p in enumerate(parent) if p is None]
+        if missing:
+            raise ValueError(f"tree does not reach rank(s) {missing}")
+        return cls(int(root), tuple(parent), tuple(frozen), tuple(bottlenecks))
+
+    def children(self, rank):
+        """Children of ``rank`` in the order they joined (earliest level first)."""
+        return [c for level in self.levels for p, c in level if p == rank]
+
+    def depth(self):
+        """Number of levels (communication steps of each phase)."""
+        return len(self.levels)
+
+    def digest(self):
+        """A 31-bit checksum of the tree, so ranks can check they run the same one."""
+        return zlib.crc32(repr((self.root, self.levels)).encode()) & 0x7FFFFFFF
+
+
+def binomial_tree(size, root=0):
+    """The binomial tree: at level k each of the first 2**k ranks (relative to the root)
+    takes the rank 2**k further on. ceil(log2 size) levels; time ~ 2 ceil(log2 N)(alpha + M/beta)."""
+    levels = []
+    span = 1
+    while span < size:
+        levels.append(
+            tuple(((v + root) % size, (v + span + root) % size) for v in range(span) if v + span < size)
+        )
+        span *= 2
+    return Tree.from_levels(size, root, levels)
