@@ -95,6 +95,7 @@ class StagedTransport:
         raw = buf.view(self.xp.uint8)
         if is_device(self.xp):
             raw.set(host)
+            stream_synchronize(self.xp)  # the host buffer is reused by the next message
         else:
             np.copyto(raw, host)
 

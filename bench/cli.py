@@ -110,6 +110,7 @@ def header(comm, args, algo):
         f"  MPI: {MPI.Get_library_version().splitlines()[0].strip()}",
         f"# Machine: {platform.machine()} {_cpu_model()}  Python {platform.python_version()}"
         f"  numpy {np.__version__}  Commit: {_commit()}",
+        f"# Env: {_relevant_env()}",
         "#",
         "# Using devices",
     ]
@@ -118,6 +119,12 @@ def header(comm, args, algo):
             lines.append(f"#  Rank {rank:2d} Group  0 Pid {pid:6d} on {h:>10s} device  0 [cpu] host memory")
     lines += ["#", COLUMNS]
     return "\n".join(lines)
+
+
+def _relevant_env():
+    """The settings that change what is measured (malloc tuning, transport, MPICH knobs)."""
+    names = sorted(k for k in os.environ if k.startswith(("MALLOC_", "ALLREDUCE_", "MPIR_CVAR_", "OMP_")))
+    return " ".join(f"{k}={os.environ[k]}" for k in names) or "(none set)"
 
 
 def _cpu_model():
