@@ -10,22 +10,24 @@ from mpi4py import MPI
 
 from . import ring
 from .agreement import agree
-from topology import Tree
-
 from .arrays import array_module, check_vector, overlaps, same_memory
 from .executor import Collective, private_comm
 from .ops import DTYPES, OPS, check_op_dtype, dtype_index, op_index
+from .plans import tree_for
 from .registry import ALGORITHMS
 
 _KINDS = ("allreduce", "reduce_scatter", "all_gather")
 
 
-def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None, check=True, tree=None):
+def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None, check=True,
+              tree=None, bandwidth=None):
     """Reduce ``sendbuf`` over all ranks of ``comm`` with ``op``; every rank gets the result.
 
     ``recvbuf=None`` or ``recvbuf is sendbuf`` means in place. Ops: sum, prod,
-    max, min, avg (floating only). ``algorithm`` is a key of ``ALGORITHMS``;
-    ``tree`` (a ``topology.Tree``) replaces the binomial tree of ``"tree"``.
+    max, min, avg (floating only). ``algorithm`` is a key of ``ALGORITHMS``.
+    Tree algorithms take ``tree=`` (a ``topology.Tree``) or ``bandwidth=`` (an
+    S x S matrix in GB/s or a probe file) to build theirs from: ``"tree"`` is
+    binomial without either, ``"bamtree"`` and ``"kmtree"`` need one of them.
     Returns the result buffer.
     """
     def validate(rank, size):
@@ -33,19 +35,17 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None, c
         check_op_dtype(op, sendbuf.dtype)
         if algorithm not in ALGORITHMS:
             raise ValueError(f"unknown algorithm {algorithm!r}; choices: {', '.join(ALGORITHMS)}")
-        if tree is not None:
-            if not isinstance(tree, Tree):
-                raise TypeError(f"tree must be a topology.Tree, got {type(tree).__name__}")
-            if not getattr(ALGORITHMS[algorithm], "uses_tree", False):
-                raise ValueError(f"algorithm {algorithm!r} takes no tree")
-            if tree.size != size:
-                raise ValueError(f"the tree spans {tree.size} ranks, the communicator has {size}")
-        return result, sendbuf.size
+        method = getattr(ALGORITHMS[algorithm], "tree_method", None)
+        if method is None:
+            if tree is not None or bandwidth is not None:
+                raise ValueError(f"algorithm {algorithm!r} takes no tree or bandwidth")
+            return result, sendbuf.size, None
+        return result, sendbuf.size, tree_for(method, size, tree, bandwidth, algorithm)
 
-    coll, result = _prepare("allreduce", sendbuf, op, algorithm, comm, check, tree, validate)
+    coll, result, plan = _prepare("allreduce", sendbuf, op, algorithm, comm, check, validate)
     run = ALGORITHMS[algorithm]
-    if tree is not None:
-        run(coll, sendbuf, result, tree=tree)
+    if plan is not None:
+        run(coll, sendbuf, result, plan)
     else:
         run(coll, sendbuf, result)
     coll.finish(result)
@@ -68,9 +68,9 @@ def reduce_scatter(sendbuf, recvbuf=None, *, op="sum", comm=None, check=True):
         else:
             result = _result_buffer(sendbuf, recvbuf, own.stop - own.start)
         check_op_dtype(op, sendbuf.dtype)
-        return result, sendbuf.size
+        return result, sendbuf.size, None
 
-    coll, result = _prepare("reduce_scatter", sendbuf, op, None, comm, check, None, validate)
+    coll, result, _ = _prepare("reduce_scatter", sendbuf, op, None, comm, check, validate)
     in_place = recvbuf is None or same_memory(recvbuf, sendbuf)
     ring.reduce_scatter(coll, sendbuf, sendbuf if in_place else None, result)
     coll.finish(result)
@@ -87,7 +87,7 @@ def all_gather(sendbuf, recvbuf=None, *, comm=None, check=True):
     """
     def validate(rank, size):
         if recvbuf is None or same_memory(recvbuf, sendbuf):
-            return _result_buffer(sendbuf, None, sendbuf.size), sendbuf.size
+            return _result_buffer(sendbuf, None, sendbuf.size), sendbuf.size, None
         check_vector(recvbuf, "recvbuf", writable=True)
         offsets = ring.chunk_offsets(recvbuf.size, size)
         expected = offsets[rank + 1] - offsets[rank]
@@ -96,9 +96,9 @@ def all_gather(sendbuf, recvbuf=None, *, comm=None, check=True):
                 f"sendbuf has {sendbuf.size} elements, but chunk {rank} of a "
                 f"{recvbuf.size}-element recvbuf over {size} ranks has {expected}"
             )
-        return _result_buffer(sendbuf, recvbuf, recvbuf.size), recvbuf.size
+        return _result_buffer(sendbuf, recvbuf, recvbuf.size), recvbuf.size, None
 
-    coll, whole = _prepare("all_gather", sendbuf, None, None, comm, check, None, validate)
+    coll, whole, _ = _prepare("all_gather", sendbuf, None, None, comm, check, validate)
     if not same_memory(sendbuf, whole):
         offsets = ring.chunk_offsets(whole.size, coll.size)
         coll.start_in(sendbuf, whole[offsets[coll.rank]:offsets[coll.rank + 1]])
@@ -123,20 +123,23 @@ def _result_buffer(sendbuf, recvbuf, count):
     return recvbuf
 
 
-def _prepare(name, sendbuf, op, algorithm, comm, check, tree, validate):
-    """Resolve the communicator, validate locally, agree across ranks; return (Collective, result)."""
+def _prepare(name, sendbuf, op, algorithm, comm, check, validate):
+    """Resolve the communicator, validate locally, agree across ranks.
+
+    ``validate(rank, size)`` returns (result buffer, count, tree or None); the
+    return value is (Collective, result buffer, tree or None)."""
     comm = MPI.COMM_WORLD if comm is None else comm
     if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
         raise TypeError(f"{name}: comm must be an mpi4py intracommunicator, got {comm!r}")
     comm = private_comm(comm)
     rank, size = comm.Get_rank(), comm.Get_size()
-    problem, result, count = None, None, -1
+    problem, result, count, plan = None, None, -1, None
     try:
         check_vector(sendbuf, "sendbuf")
         dtype_index(sendbuf.dtype)
         if op is not None:
             op_index(op)
-        result, count = validate(rank, size)
+        result, count, plan = validate(rank, size)
     except (TypeError, ValueError) as exc:
         problem = exc
     if check:
@@ -146,12 +149,12 @@ def _prepare(name, sendbuf, op, algorithm, comm, check, tree, validate):
             "dtype": _field(lambda: dtype_index(sendbuf.dtype)),
             "op": _field(lambda: op_index(op)) if op is not None else 0,
             "algorithm": _field(lambda: list(ALGORITHMS).index(algorithm)) if algorithm else 0,
-            "tree": tree.digest() if isinstance(tree, Tree) else 0,
+            "tree": plan.digest() if plan is not None else 0,
         }
         agree(comm, name, problem, fields, _describe)
     elif problem is not None:
         raise problem
-    return Collective(comm, array_module(result), op), result
+    return Collective(comm, array_module(result), op), result, plan
 
 
 def _field(index):

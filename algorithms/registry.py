@@ -1,7 +1,8 @@
 """The registry: algorithm name -> ``run(coll, sendbuf, recvbuf)``.
 
 Adding an algorithm is one module with such a function plus one line here.
-A function with ``uses_tree = True`` also takes ``tree=`` (a ``topology.Tree``).
+A function with a ``tree_method`` attribute also takes the ``topology.Tree`` to run,
+built by that ``topology.build_tree`` method unless the caller passes one.
 """
 
 from . import ps, ring, tree
@@ -9,5 +10,7 @@ from . import ps, ring, tree
 ALGORITHMS = {
     "ps": ps.allreduce,
     "ring": ring.allreduce,
-    "tree": tree.allreduce,
+    "tree": tree.built_by("binomial"),
+    "bamtree": tree.built_by("bam"),
+    "kmtree": tree.built_by("km"),
 }

@@ -11,7 +11,6 @@ import argparse
 import os
 import platform
 import socket
-import subprocess
 import sys
 import time
 
@@ -20,8 +19,9 @@ from mpi4py import MPI
 
 import algorithms
 
-from .baselines import RUNNERS
+from .baselines import RUNNERS, needs_topology
 from .check import check_expected, check_fill, wrong_elements
+from .machine import commit, cpu_model, relevant_env
 from .report import COLUMNS, bandwidths, bus_factor, footer, row
 from .sizes import parse_size, sweep
 
@@ -39,12 +39,21 @@ def parse_args(argv):
     p.add_argument("-d", "--datatype", default="float",
                    help="float, double, half, int32, ... any numpy name, or all")
     p.add_argument("--algo", default="all",
-                   help=f"comma list of {','.join(RUNNERS)}, or all")
+                   help=f"comma list of {','.join(RUNNERS)}, or all (bamtree and kmtree need --topology)")
+    p.add_argument("--topology", metavar="FILE",
+                   help="bandwidth matrix (python -m topology probe -o FILE) for bamtree and kmtree")
     args = p.parse_args(argv)
-    args.algos = list(RUNNERS) if args.algo == "all" else args.algo.split(",")
+    if args.algo == "all":
+        args.algos = [a for a in RUNNERS if args.topology or not needs_topology(a)]
+    else:
+        args.algos = args.algo.split(",")
     unknown = [a for a in args.algos if a not in RUNNERS]
     if unknown:
         p.error(f"unknown --algo {','.join(unknown)}; choices: {','.join(RUNNERS)},all")
+    lacking = [a for a in args.algos if needs_topology(a) and not args.topology]
+    if lacking:
+        p.error(f"--algo {','.join(lacking)} builds its tree from link bandwidths: pass --topology FILE "
+                "(made by: mpiexec -n N python -m topology probe -o FILE)")
     args.dtypes = _dtypes(p, args.datatype)
     args.ops = list(algorithms.OPS) if args.op == "all" else [args.op]
     try:
@@ -108,9 +117,9 @@ def header(comm, args, algo):
         "#",
         f"# Algorithm: {algo}  Collective: allreduce  Ranks: {comm.size}  Hosts: {len(set(hosts))}"
         f"  MPI: {MPI.Get_library_version().splitlines()[0].strip()}",
-        f"# Machine: {platform.machine()} {_cpu_model()}  Python {platform.python_version()}"
-        f"  numpy {np.__version__}  Commit: {_commit()}",
-        f"# Env: {_relevant_env()}",
+        f"# Machine: {platform.machine()} {cpu_model()}  Python {platform.python_version()}"
+        f"  numpy {np.__version__}  Commit: {commit()}",
+        f"# Env: {relevant_env()}",
         "#",
         "# Using devices",
     ]
@@ -119,33 +128,6 @@ def header(comm, args, algo):
             lines.append(f"#  Rank {rank:2d} Group  0 Pid {pid:6d} on {h:>10s} device  0 [cpu] host memory")
     lines += ["#", COLUMNS]
     return "\n".join(lines)
-
-
-def _relevant_env():
-    """The settings that change what is measured (malloc tuning, transport, MPICH knobs)."""
-    names = sorted(k for k in os.environ if k.startswith(("MALLOC_", "ALLREDUCE_", "MPIR_CVAR_", "OMP_")))
-    return " ".join(f"{k}={os.environ[k]}" for k in names) or "(none set)"
-
-
-def _cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown cpu"
-
-
-def _commit():
-    try:
-        here = os.path.dirname(os.path.abspath(__file__))
-        out = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"],
-                             capture_output=True, text=True, timeout=5)
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def main(argv=None):
@@ -161,7 +143,7 @@ def main(argv=None):
             for op in args.ops:
                 if op == "avg" and np.dtype(dtype).kind != "f":
                     continue
-                run = RUNNERS[algo](comm, op)
+                run = RUNNERS[algo](comm, op, args.topology)
                 for size in args.sizes:
                     count = size // itemsize
                     nbytes = count * itemsize

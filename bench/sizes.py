@@ -1,16 +1,8 @@
 """Message sizes as nccl-tests takes them: ``-b 8 -e 128M -f 2`` (K/M/G are powers of 1024)."""
 
-import re
+from topology.units import parse_size
 
-_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
-
-
-def parse_size(text):
-    """``"8"``, ``"64K"``, ``"128M"``, ``"1G"`` -> bytes; ``ValueError`` otherwise."""
-    match = re.fullmatch(r"(\d+)([KMG]?)B?", str(text).strip().upper())
-    if not match:
-        raise ValueError(f"not a size: {text!r} (use e.g. 8, 64K, 128M, 1G)")
-    return int(match.group(1)) * _UNITS[match.group(2)]
+__all__ = ["parse_size", "sweep"]
 
 
 def sweep(min_bytes, max_bytes, factor=2, step=0):

@@ -53,4 +53,25 @@ def test_unknown_algorithm_is_refused():
     proc = subprocess.run([sys.executable, "-m", "bench", "--algo", "ring,butterfly"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
-    assert "unknown --algo butterfly; choices: ps,ring,tree,mpi,all" in proc.stderr
+    assert "unknown --algo butterfly; choices: ps,ring,tree,bamtree,kmtree,mpi,all" in proc.stderr
+
+
+def test_matched_trees_need_a_topology():
+    proc = subprocess.run([sys.executable, "-m", "bench", "--algo", "bamtree"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "--algo bamtree builds its tree from link bandwidths: pass --topology FILE" in proc.stderr
+
+
+def test_matched_trees_from_a_probe(tmp_path):
+    """probe -> bandwidth file -> bench --topology runs bamtree and kmtree with zero wrong."""
+    topo = tmp_path / "topo.json"
+    proc = run_mpi(3, ["-m", "topology", "probe", "-o", str(topo), "-b", "64K", "--reps", "2"], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    proc = run_mpi(3, ["-m", "bench", "-b", "1K", "-e", "64K", "-f", "8", "-n", "2", "-w", "1",
+                       "--algo", "bamtree,kmtree", "--topology", str(topo)], timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    tables = parse_tables(proc.stdout)
+    assert set(tables) == {"bamtree", "kmtree"}
+    for rows, oob in tables.values():
+        assert oob == "# Out of bounds values : 0 OK" and len(rows) == 3

@@ -1,8 +1,17 @@
-"""Topology: trees as data (and, later, bandwidth matrices, probes and matchings).
+"""Topology: bandwidth matrices, matchings and trees as data (seed 001), and the probe.
 
-Pure data; never imports ``algorithms`` or ``bench``.
+Everything here is pure data except :mod:`topology.probe`, which talks MPI;
+it never imports ``algorithms`` or ``bench``.
 """
 
+from .build import METHODS, build_tree, tree_cost
+from .matching import bottleneck, bottleneck_matching, bottleneck_matching_reference, max_weight_matching
+from .matrix import (BandwidthMatrix, as_matrix, random_heterogeneous, seed_example, two_level,
+                     uniform)
 from .trees import Tree, binomial_tree
 
-__all__ = ["Tree", "binomial_tree"]
+__all__ = [
+    "BandwidthMatrix", "METHODS", "Tree", "as_matrix", "binomial_tree", "bottleneck",
+    "bottleneck_matching", "bottleneck_matching_reference", "build_tree", "max_weight_matching",
+    "random_heterogeneous", "seed_example", "tree_cost", "two_level", "uniform",
+]

@@ -12,19 +12,19 @@ import zlib
 from dataclasses import dataclass, field
 
 
-@dataclass(frozen=True)
+@dataclass
 class Tree:
     """A rooted spanning tree: ``root``, ``parent[rank]`` (``-1`` at the root) and ``levels``.
 
-    ``levels[k]`` is a tuple of (parent, child) pairs; no rank appears twice in
-    one level. ``bottlenecks[k]``, when known, is level k's slowest link (GB/s).
-    Construct with :meth:`from_levels`, which validates.
+    ``levels[k]`` is a list of (parent, child) pairs, from the root down; no rank
+    appears twice in one level. ``bottlenecks[k]``, when known, is level k's
+    slowest link in GB/s. Construct with :meth:`from_levels`, which validates.
     """
 
     root: int
-    parent: tuple
-    levels: tuple
-    bottlenecks: tuple = field(default=(), compare=False)
+    parent: list
+    levels: list
+    bottlenecks: list = field(default_factory=list, compare=False)
 
     @property
     def size(self):
@@ -42,7 +42,7 @@ class Tree:
         frozen = []
         for k, level in enumerate(levels):
             seen = set()
-            pairs = tuple((int(p), int(c)) for p, c in level)
+            pairs = [(int(p), int(c)) for p, c in level]
             for p, c in pairs:
                 for rank in (p, c):
                     if not 0 <= rank < size:
@@ -60,7 +60,7 @@ class Tree:
         missing = [rank for rank, p in enumerate(parent) if p is None]
         if missing:
             raise ValueError(f"tree does not reach rank(s) {missing}")
-        return cls(int(root), tuple(parent), tuple(frozen), tuple(bottlenecks))
+        return cls(int(root), parent, frozen, [float(b) for b in bottlenecks])
 
     def children(self, rank):
         """Children of ``rank`` in the order they joined (earliest level first)."""
@@ -72,7 +72,7 @@ class Tree:
 
     def digest(self):
         """A 31-bit checksum of the tree, so ranks can check they run the same one."""
-        return zlib.crc32(repr((self.root, self.levels)).encode()) & 0x7FFFFFFF
+        return zlib.crc32(repr((self.root, [list(level) for level in self.levels])).encode()) & 0x7FFFFFFF
 
 
 def binomial_tree(size, root=0):
@@ -82,7 +82,7 @@ def binomial_tree(size, root=0):
     span = 1
     while span < size:
         levels.append(
-            tuple(((v + root) % size, (v + span + root) % size) for v in range(span) if v + span < size)
+            [((v + root) % size, (v + span + root) % size) for v in range(span) if v + span < size]
         )
         span *= 2
     return Tree.from_levels(size, root, levels)

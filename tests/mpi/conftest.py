@@ -4,6 +4,9 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
+import algorithms
+from topology import random_heterogeneous
+
 
 @pytest.fixture
 def comm():
@@ -62,3 +65,12 @@ def wrong_elements(result, expected):
 def counts_for(size):
     """0, 1, N-1, N, N+1, a prime, and about a million (a prime too)."""
     return sorted({0, 1, max(size - 1, 0), size, size + 1, 1009, 1_000_003})
+
+
+def options(algorithm, size):
+    """Extra keyword arguments an algorithm needs: a bandwidth matrix for the matched trees
+    (random and heterogeneous, so their trees differ from the binomial one)."""
+    method = getattr(algorithms.ALGORITHMS[algorithm], "tree_method", None)
+    if method in ("bam", "km"):
+        return {"bandwidth": random_heterogeneous(size, seed=size).bandwidth}
+    return {}

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import algorithms
+from conftest import options
 from topology import binomial_tree
 
 pytestmark = pytest.mark.mpi
@@ -20,7 +21,7 @@ def raises_everywhere(comm, error, match, call):
     assert time.monotonic() - started < 5, "the error took more than 5 seconds"
     for algorithm in algorithms.ALGORITHMS:
         x = np.full(17, comm.rank + 1, dtype=np.int64)
-        algorithms.allreduce(x, algorithm=algorithm)
+        algorithms.allreduce(x, algorithm=algorithm, **options(algorithm, comm.size))
         assert (x == comm.size * (comm.size + 1) // 2).all()
 
 
@@ -31,7 +32,8 @@ def x32(n=10):
 @pytest.mark.parametrize("algorithm", sorted(algorithms.ALGORITHMS))
 def test_sizes_differ(comm, algorithm):
     raises_everywhere(comm, ValueError, "recvbuf has 9 elements, expected 10",
-                      lambda: algorithms.allreduce(x32(), x32(9), algorithm=algorithm))
+                      lambda: algorithms.allreduce(x32(), x32(9), algorithm=algorithm,
+                                                   **options(algorithm, comm.size)))
 
 
 def test_dtypes_differ(comm):
@@ -78,7 +80,7 @@ def test_unknown_op_lists_choices(comm):
 
 
 def test_unknown_algorithm_lists_choices(comm):
-    raises_everywhere(comm, ValueError, r"unknown algorithm 'butterfly'; choices: ps, ring, tree",
+    raises_everywhere(comm, ValueError, r"unknown algorithm 'butterfly'; choices: ps, ring, tree, bamtree, kmtree \(on rank",
                       lambda: algorithms.allreduce(x32(), algorithm="butterfly"))
 
 
@@ -94,7 +96,7 @@ def test_tree_of_wrong_size(comm):
 
 
 def test_tree_with_ring(comm):
-    raises_everywhere(comm, ValueError, "algorithm 'ring' takes no tree",
+    raises_everywhere(comm, ValueError, "algorithm 'ring' takes no tree or bandwidth",
                       lambda: algorithms.allreduce(x32(), algorithm="ring", tree=binomial_tree(comm.size)))
 
 
@@ -123,7 +125,8 @@ needs_two = pytest.mark.mpi(min_size=2)
 def test_ranks_disagree_about_count(comm, algorithm):
     n = 10 if comm.rank == 0 else 11
     raises_everywhere(comm, ValueError, r"ranks disagree about count: 10 on rank 0; 11 on rank",
-                      lambda: algorithms.allreduce(x32(n), algorithm=algorithm))
+                      lambda: algorithms.allreduce(x32(n), algorithm=algorithm,
+                                                   **options(algorithm, comm.size)))
 
 
 @needs_two
@@ -176,3 +179,44 @@ def test_one_rank_asks_avg_of_integers(comm):
     dtype = np.int32 if comm.rank == 0 else np.float32
     raises_everywhere(comm, TypeError, r"^allreduce: op 'avg' needs a floating dtype, got int32; use 'sum' \(on rank 0\)$",
                       lambda: algorithms.allreduce(np.ones(4, dtype), op="avg"))
+
+
+# ---- matched trees: the bandwidth matrix they are built from ----
+
+@pytest.mark.parametrize("algorithm", ["bamtree", "kmtree"])
+def test_matched_tree_without_matrix(comm, algorithm):
+    raises_everywhere(comm, ValueError, rf"algorithm '{algorithm}' builds its tree from link bandwidths, "
+                      "and none was given: pass bandwidth=",
+                      lambda: algorithms.allreduce(x32(), algorithm=algorithm))
+
+
+def test_matched_tree_matrix_of_wrong_size(comm):
+    raises_everywhere(comm, ValueError, f"has {comm.size + 1} ranks, the communicator has {comm.size}",
+                      lambda: algorithms.allreduce(x32(), algorithm="bamtree",
+                                                   bandwidth=np.ones((comm.size + 1, comm.size + 1))))
+
+
+def test_matched_tree_unreadable_file(comm, tmp_path):
+    missing = tmp_path / "nowhere.json"
+    raises_everywhere(comm, ValueError, "cannot read bandwidth matrix .*nowhere.json",
+                      lambda: algorithms.allreduce(x32(), algorithm="kmtree", bandwidth=str(missing)))
+
+
+@needs_two
+def test_matched_tree_disconnected(comm):
+    cut = np.ones((comm.size, comm.size))
+    cut[:, -1] = cut[-1, :] = 0  # the last rank has no link at all
+    raises_everywhere(comm, ValueError, rf"rank\(s\) \[{comm.size - 1}\] cannot be reached from rank 0",
+                      lambda: algorithms.allreduce(x32(), algorithm="bamtree", bandwidth=cut))
+
+
+@needs_two
+def test_one_rank_cannot_read_the_file(comm, tmp_path_factory):
+    """A probe file that only some ranks can read (a node without the shared disk)."""
+    folder = tmp_path_factory.mktemp(f"rank{comm.rank}")
+    path = folder / "topo.json"
+    if comm.rank != 1:
+        from topology import uniform
+        uniform(comm.size).save(path)
+    raises_everywhere(comm, ValueError, r"cannot read bandwidth matrix .*\(on rank 1\)",
+                      lambda: algorithms.allreduce(x32(), algorithm="bamtree", bandwidth=str(path)))

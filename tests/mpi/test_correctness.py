@@ -8,7 +8,7 @@ import pytest
 from mpi4py import MPI
 
 import algorithms
-from conftest import counts_for, native_reference, numpy_reference, rank_input, wrong_elements
+from conftest import counts_for, native_reference, numpy_reference, options, rank_input, wrong_elements
 from topology import Tree, binomial_tree
 
 pytestmark = pytest.mark.mpi
@@ -35,9 +35,10 @@ def cases(comm, dtype):
 @pytest.mark.parametrize("algorithm", sorted(algorithms.ALGORITHMS))
 def test_allreduce_matches_references(comm, algorithm, dtype):
     failures = []
+    extra = options(algorithm, comm.size)
     for op, count, x, expected in cases(comm, dtype):
         out = np.full_like(x, 99)
-        result = algorithms.allreduce(x, out, op=op, algorithm=algorithm)
+        result = algorithms.allreduce(x, out, op=op, algorithm=algorithm, **extra)
         if result is not out:
             failures.append(f"{op} n={count}: out-of-place did not return recvbuf")
         bad = wrong_elements(out, expected)
@@ -46,12 +47,12 @@ def test_allreduce_matches_references(comm, algorithm, dtype):
         if wrong_elements(x, rank_input(dtype, op, count, comm.rank, comm.size)):
             failures.append(f"{op} n={count}: sendbuf was modified")
         inplace = x.copy()
-        result = algorithms.allreduce(inplace, op=op, algorithm=algorithm)
+        result = algorithms.allreduce(inplace, op=op, algorithm=algorithm, **extra)
         bad = wrong_elements(inplace, expected)
         if bad or result is not inplace:
             failures.append(f"{op} n={count} in-place: {bad} wrong")
         same = x.copy()
-        algorithms.allreduce(same, same, op=op, algorithm=algorithm)
+        algorithms.allreduce(same, same, op=op, algorithm=algorithm, **extra)
         if wrong_elements(same, expected):
             failures.append(f"{op} n={count} recvbuf is sendbuf: wrong")
     assert not failures, f"rank {comm.rank}: " + "; ".join(failures)
@@ -141,7 +142,7 @@ def test_private_communicator_leaves_user_messages_alone(comm):
     request = comm.Irecv(pending, source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG)
     for algorithm in algorithms.ALGORITHMS:
         x = np.arange(64, dtype=np.int32) + comm.rank
-        algorithms.allreduce(x, algorithm=algorithm)
+        algorithms.allreduce(x, algorithm=algorithm, **options(algorithm, comm.size))
     matched_early = request.Test()
     comm.Barrier()  # nobody sends the real message before every rank has looked
     peer = (comm.rank - 1) % comm.size
@@ -157,7 +158,7 @@ def test_subcommunicator(comm):
     members = list(range(comm.rank % 2, comm.size, 2))
     for algorithm in algorithms.ALGORITHMS:
         x = np.full(1001, comm.rank, dtype=np.int64)
-        algorithms.allreduce(x, algorithm=algorithm, comm=sub)
+        algorithms.allreduce(x, algorithm=algorithm, comm=sub, **options(algorithm, sub.size))
         assert (x == sum(members)).all(), algorithm
     sub.Free()
 
@@ -166,9 +167,9 @@ def test_repeated_calls_reuse_workspace(comm):
     """After the first call of a size, further calls allocate no new scratch buffers."""
     x = np.ones(100_003, dtype=np.float32)
     for algorithm in algorithms.ALGORITHMS:
-        algorithms.allreduce(x, np.empty_like(x), algorithm=algorithm)
+        algorithms.allreduce(x, np.empty_like(x), algorithm=algorithm, **options(algorithm, comm.size))
     before = {k: id(v) for k, v in algorithms.WORKSPACE._buffers.items()}
     for algorithm in algorithms.ALGORITHMS:
-        algorithms.allreduce(x, np.empty_like(x), algorithm=algorithm)
+        algorithms.allreduce(x, np.empty_like(x), algorithm=algorithm, **options(algorithm, comm.size))
     after = {k: id(v) for k, v in algorithms.WORKSPACE._buffers.items()}
     assert before == after

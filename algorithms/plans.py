@@ -1,0 +1,70 @@
+"""Trees for the tree-based algorithms, built once per (method, bandwidth matrix) and cached.
+
+``bandwidth`` is an S x S array-like, a ``topology.BandwidthMatrix`` or the
+path of a probe file; a file is re-read when it changes on disk. Building is
+deterministic, so every rank that reads the same matrix builds the same tree
+(the agreement check compares the trees' digests).
+"""
+
+import functools
+import hashlib
+import os
+
+import numpy as np
+
+from topology import BandwidthMatrix, Tree, as_matrix, binomial_tree, build_tree
+
+_CACHE_SIZE = 16
+
+
+def tree_for(method, size, tree=None, bandwidth=None, name="tree"):
+    """The tree an algorithm of ``method`` runs on ``size`` ranks (``ValueError`` if none fits)."""
+    if tree is not None and bandwidth is not None:
+        raise ValueError("pass tree= or bandwidth=, not both")
+    if tree is not None:
+        if not isinstance(tree, Tree):
+            raise TypeError(f"tree must be a topology.Tree, got {type(tree).__name__}")
+        if tree.size != size:
+            raise ValueError(f"the tree spans {tree.size} ranks, the communicator has {size}")
+        return tree
+    if bandwidth is None:
+        if method == "binomial":
+            return _binomial(size)
+        raise ValueError(
+            f"algorithm {name!r} builds its tree from link bandwidths, and none was given: pass "
+            "bandwidth= (an S x S matrix in GB/s, or a file from 'python -m topology probe') or tree="
+        )
+    if isinstance(bandwidth, (str, os.PathLike)):
+        path = os.path.abspath(bandwidth)
+        try:
+            stat = os.stat(path)
+        except OSError as exc:
+            raise ValueError(f"cannot read bandwidth matrix {bandwidth}: {exc.strerror}") from None
+        return _from_file(method, size, path, stat.st_mtime_ns, stat.st_size)
+    matrix = bandwidth if isinstance(bandwidth, BandwidthMatrix) else as_matrix(bandwidth)
+    key = hashlib.blake2b(np.ascontiguousarray(matrix.bandwidth).tobytes(), digest_size=16).digest()
+    return _from_array(method, size, key, matrix)
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def _binomial(size):
+    return binomial_tree(size)
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def _from_file(method, size, path, mtime_ns, nbytes):
+    return build_tree(as_matrix(path, ranks=size), root=0, method=method)
+
+
+_by_content = {}
+
+
+def _from_array(method, size, key, matrix):
+    cached = _by_content.get((method, size, key))
+    if cached is None:
+        matrix.check_ranks(size)
+        cached = build_tree(matrix, root=0, method=method)
+        if len(_by_content) >= _CACHE_SIZE:
+            _by_content.clear()
+        _by_content[(method, size, key)] = cached
+    return cached

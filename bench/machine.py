@@ -1,0 +1,52 @@
+"""What a result was measured on: machine, MPI library, commit, the settings that matter."""
+
+import os
+import platform
+import socket
+import subprocess
+
+from mpi4py import MPI
+
+
+def relevant_env():
+    """The settings that change what is measured (malloc tuning, transport, MPICH knobs)."""
+    names = sorted(k for k in os.environ if k.startswith(("MALLOC_", "ALLREDUCE_", "MPIR_CVAR_", "OMP_")))
+    return " ".join(f"{k}={os.environ[k]}" for k in names) or "(none set)"
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown cpu"
+
+
+def commit():
+    try:
+        here = os.path.dirname(os.path.abspath(__file__))
+        out = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def describe():
+    """A dict for results files: host, CPU, cores, Python, MPI library, commit."""
+    import numpy
+
+    return {
+        "host": socket.gethostname(),
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "numpy": numpy.__version__,
+        "mpi": MPI.Get_library_version().splitlines()[0].strip(),
+        "commit": commit(),
+        "env": relevant_env(),
+    }
