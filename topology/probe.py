@@ -37,33 +37,19 @@ def tournament(size):
     return [r for r in rounds if r]
 
 
-def _pingpong(comm, peer, first, small, reps, warmup):
-    """Median round trip (s) of an 8-byte ping-pong; ``first`` sends first."""
+def _exchange(comm, peer, leads, message, answer, reps, warmup):
+    """Median time (s) for the leading rank to send ``message`` to ``peer`` and get ``answer``
+    back: an 8-byte ping-pong when both are small, a one-way stream with an acknowledgement
+    when ``message`` is large."""
     times = []
     for i in range(warmup + reps):
         start = time.perf_counter()
-        if first:
-            comm.Send(small, peer, _TAG)
-            comm.Recv(small, peer, _TAG)
+        if leads:
+            comm.Send(message, peer, _TAG)
+            comm.Recv(answer, peer, _TAG)
         else:
-            comm.Recv(small, peer, _TAG)
-            comm.Send(small, peer, _TAG)
-        if i >= warmup:
-            times.append(time.perf_counter() - start)
-    return float(np.median(times))
-
-
-def _stream(comm, peer, sending, payload, ack, reps, warmup):
-    """Median time (s) to send ``payload`` to ``peer`` and receive a 1-byte acknowledgement."""
-    times = []
-    for i in range(warmup + reps):
-        start = time.perf_counter()
-        if sending:
-            comm.Send(payload, peer, _TAG)
-            comm.Recv(ack, peer, _TAG)
-        else:
-            comm.Recv(payload, peer, _TAG)
-            comm.Send(ack, peer, _TAG)
+            comm.Recv(message, peer, _TAG)
+            comm.Send(answer, peer, _TAG)
         if i >= warmup:
             times.append(time.perf_counter() - start)
     return float(np.median(times))
@@ -73,9 +59,9 @@ def _measure_pair(comm, a, b, payload, small, ack, reps, warmup):
     """(latency s, bandwidth a->b B/s, bandwidth b->a B/s), on both ranks of the pair."""
     me = comm.Get_rank()
     peer = b if me == a else a
-    latency = _pingpong(comm, peer, me == a, small, reps, warmup) / 2
-    t_ab = _stream(comm, peer, me == a, payload, ack, reps, warmup)
-    t_ba = _stream(comm, peer, me == b, payload, ack, reps, warmup)
+    latency = _exchange(comm, peer, me == a, small, small, reps, warmup) / 2
+    t_ab = _exchange(comm, peer, me == a, payload, ack, reps, warmup)
+    t_ba = _exchange(comm, peer, me == b, payload, ack, reps, warmup)
     nbytes = payload.nbytes
 
     def rate(t):
