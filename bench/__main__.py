@@ -1,5 +1,18 @@
+"""``python -m bench`` runs the sweep; ``python -m bench compare|model|plot|scaling ...`` the tools."""
+
+import importlib
 import sys
 
-from bench.cli import main
+TOOLS = {"compare": "bench.compare", "model": "bench.model", "plot": "bench.plot",
+         "scaling": "bench.scaling"}
 
-sys.exit(main())
+
+def main(argv):
+    if argv and argv[0] in TOOLS:
+        return importlib.import_module(TOOLS[argv[0]]).main(argv[1:])
+    from bench.cli import main as sweep
+
+    return sweep(argv)
+
+
+sys.exit(main(sys.argv[1:]))

@@ -1,33 +1,50 @@
-"""``mpiexec -n N python -m bench [flags]``: time every algorithm over a size sweep, nccl-tests style.
+"""``mpiexec -n N python -m bench [flags]``: an nccl-tests-style sweep of every algorithm.
 
 Flags keep nccl-tests' meaning: -b/-e min/max bytes (K/M/G), -f factor, -i
 step, -n iterations, -w warm-up iterations, -c check iterations, -o op, -d
-dtype (``all`` for every op or dtype). ``--algo`` is ours: a comma list of
-``ps,ring,tree,mpi`` or ``all``. Rank 0 prints one table per algorithm; the
-exit status is 1 when any element was wrong.
+dtype (``all`` for every op or dtype), -a aggregation of per-rank times (0
+rank 0, 1 mean, 2 min, 3 max), -z 1 barrier after every call, -T timeout in
+seconds, -J JSON file, -I 1 per-iteration statistics with -K leading
+iterations skipped. Ours: --algo, --collective, --device, --topology, --log,
+--quiet. Rank 0 prints one table per algorithm; the exit status is 1 when any
+element was wrong, 2 for bad arguments.
 """
 
 import argparse
+import datetime
 import os
-import platform
 import socket
 import sys
-import time
+import threading
 
 import numpy as np
 from mpi4py import MPI
 
 import algorithms
 
-from .baselines import RUNNERS, needs_topology
-from .check import check_expected, check_fill, wrong_elements
-from .machine import commit, cpu_model, relevant_env
-from .report import COLUMNS, bandwidths, bus_factor, footer, row
+from .check import wrong_elements
+from .collectives import COLLECTIVES, algorithm_names, make_runner, needs_topology
+from .machine import describe
+from .report import COLUMNS, PER_ITER_COLUMNS, TYPE_NAMES, bandwidths, footer, row
+from .results import ResultsWriter, bool_text
 from .sizes import parse_size, sweep
+from .timing import AGGREGATIONS, aggregate, iteration_stats, time_calls
+
+_ALIASES = {"float": "float32", "double": "float64", "half": "float16", "int": "int32",
+            "char": "int8", "uint": "uint32"}
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):
+        """One clear line on rank 0, exit 2 on every rank (all ranks parse the same argv)."""
+        if MPI.COMM_WORLD.Get_rank() == 0:
+            sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise SystemExit(2)
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    p = Parser(prog="python -m bench", description=__doc__.splitlines()[0],
+               epilog="Subcommands: python -m bench compare|model|plot|scaling|perf --help")
     p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("32M"))
     p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("32M"))
     p.add_argument("-f", "--stepfactor", type=int, default=2)
@@ -37,130 +54,291 @@ def parse_args(argv):
     p.add_argument("-c", "--check", type=int, default=1)
     p.add_argument("-o", "--op", default="sum", choices=[*algorithms.OPS, "all"])
     p.add_argument("-d", "--datatype", default="float",
-                   help="float, double, half, int32, ... any numpy name, or all")
+                   help="float, double, half, int8..uint64, any numpy name, or all")
+    p.add_argument("-a", "--average", type=int, default=1, choices=sorted(AGGREGATIONS),
+                   help="per-rank times: 0 rank 0, 1 mean, 2 min, 3 max")
+    p.add_argument("-z", "--blocking", type=int, default=0, choices=(0, 1),
+                   help="1: a barrier after every call, inside the timing")
+    p.add_argument("-T", "--timeout", type=float, default=0,
+                   help="abort the run when one size takes longer than this many seconds")
+    p.add_argument("-J", "--output_file", metavar="FILE.json", help="nccl-tests JSON output")
+    p.add_argument("-I", "--per_iter_timing", type=int, default=0, choices=(0, 1))
+    p.add_argument("-K", "--per_iter_skip", type=int, default=0)
     p.add_argument("--algo", default="all",
-                   help=f"comma list of {','.join(RUNNERS)}, or all (bamtree and kmtree need --topology)")
+                   help="comma list of ps,ring,tree,bamtree,kmtree,mpi,nccl or all "
+                        "(bamtree and kmtree need --topology; nccl needs --device gpu)")
+    p.add_argument("--collective", default="allreduce", choices=sorted(COLLECTIVES))
+    p.add_argument("--device", default="cpu", choices=("cpu", "gpu"))
     p.add_argument("--topology", metavar="FILE",
-                   help="bandwidth matrix (python -m topology probe -o FILE) for bamtree and kmtree")
+                   help="bandwidth matrix for bamtree and kmtree (python -m topology probe -o FILE); "
+                        "without it the driver probes first and saves the matrix beside the log")
+    p.add_argument("--probe-bytes", type=parse_size, default=parse_size("4M"),
+                   help="message size of that probe (default 4M)")
+    p.add_argument("--log", metavar="FILE.jsonl",
+                   help="append every row here as it finishes (default results/bench-<time>.jsonl; "
+                        "'none' for no log)")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     args = p.parse_args(argv)
+
+    spec = COLLECTIVES[args.collective]
+    known = algorithm_names(spec)
     if args.algo == "all":
-        args.algos = [a for a in RUNNERS if args.topology or not needs_topology(a)]
+        args.algos = [a for a in known if a != "nccl" or args.device == "gpu"]
     else:
-        args.algos = args.algo.split(",")
-    unknown = [a for a in args.algos if a not in RUNNERS]
+        args.algos = [a for a in args.algo.split(",") if a]
+    unknown = [a for a in args.algos if a not in known]
     if unknown:
-        p.error(f"unknown --algo {','.join(unknown)}; choices: {','.join(RUNNERS)},all")
-    lacking = [a for a in args.algos if needs_topology(a) and not args.topology]
-    if lacking:
-        p.error(f"--algo {','.join(lacking)} builds its tree from link bandwidths: pass --topology FILE "
-                "(made by: mpiexec -n N python -m topology probe -o FILE)")
-    args.dtypes = _dtypes(p, args.datatype)
-    args.ops = list(algorithms.OPS) if args.op == "all" else [args.op]
+        p.error(f"unknown --algo {','.join(unknown)} for {spec.name}; choices: {','.join(known)},all")
+    if "nccl" in args.algos and args.device != "gpu":
+        p.error("--algo nccl needs --device gpu")
+    if args.topology and not os.path.isfile(args.topology):
+        p.error(f"--topology {args.topology}: no such file")
+    names = [dt.name for dt in algorithms.DTYPES]
+    if args.datatype == "all":
+        args.dtypes = names
+    elif _ALIASES.get(args.datatype, args.datatype) in names:
+        args.dtypes = [_ALIASES.get(args.datatype, args.datatype)]
+    else:
+        p.error(f"unknown -d {args.datatype}; choices: {', '.join(names)}, float, double, half, all")
+    args.ops = (list(algorithms.OPS) if args.op == "all" else [args.op]) if spec.has_op else ["none"]
     try:
         args.sizes = sweep(args.minbytes, args.maxbytes, args.stepfactor, args.stepbytes)
     except ValueError as exc:
         p.error(str(exc))
-    for flag in ("iters", "warmup_iters", "check"):
+    for flag in ("iters", "warmup_iters", "check", "per_iter_skip"):
         if getattr(args, flag) < 0:
             p.error(f"--{flag} must not be negative")
+    if args.iters < 1:
+        p.error("--iters must be at least 1")
+    if args.per_iter_skip >= args.iters and args.per_iter_timing:
+        p.error(f"-K {args.per_iter_skip} skips every one of the {args.iters} iterations")
+    ranks = MPI.COMM_WORLD.Get_size()
+    for dtype in args.dtypes:
+        itemsize = np.dtype(dtype).itemsize
+        unit = itemsize * (ranks if spec is not COLLECTIVES["allreduce"] else 1)
+        odd = [s for s in args.sizes if s % unit]
+        if odd:
+            p.error(f"size {odd[0]} is not a multiple of {unit} bytes ({dtype}"
+                    f"{f' x {ranks} ranks' if unit != itemsize else ''})")
     return args
 
 
-_ALIASES = {"float": "float32", "double": "float64", "half": "float16", "int": "int32",
-            "char": "int8", "uint": "uint32"}
+def malloc_mode():
+    """Which allocator settings a row ran with (DESIGN.md section 4: MPI_Allreduce's temporary
+    buffers pay page faults unless glibc keeps freed memory mapped)."""
+    tuned = [k for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_") if k in os.environ]
+    return "tuned (" + " ".join(f"{k}={os.environ[k]}" for k in tuned) + ")" if tuned else "glibc defaults"
 
 
-def _dtypes(parser, text):
-    names = [dt.name for dt in algorithms.DTYPES]
-    if text == "all":
-        return names
-    name = _ALIASES.get(text, text)
-    if name not in names:
-        parser.error(f"unknown -d {text}; choices: {', '.join(names)}, float, double, half, all")
-    return [name]
+class Watchdog:
+    """``-T``: abort every rank when one size runs longer than ``seconds`` (a hang, say)."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+        self.timer = None
+
+    def arm(self, what):
+        self.disarm()
+        if self.seconds > 0:
+            def fire():
+                sys.stderr.write(f"python -m bench: timeout: {what} ran over {self.seconds:g} s (-T); aborting\n")
+                sys.stderr.flush()
+                MPI.COMM_WORLD.Abort(3)
+            self.timer = threading.Timer(self.seconds, fire)
+            self.timer.daemon = True
+            self.timer.start()
+
+    def disarm(self):
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
 
 
-def time_runs(comm, run, sendbuf, recvbuf, iters, warmup):
-    """Mean seconds per call over ``iters`` back-to-back calls after ``warmup``, averaged over ranks."""
-    run(sendbuf, recvbuf, check=True)  # one checked call: arguments agree on every rank
-    for _ in range(warmup):
-        run(sendbuf, recvbuf)
-    comm.Barrier()
-    start = time.perf_counter()
-    for _ in range(iters):
-        run(sendbuf, recvbuf)
-    elapsed = (time.perf_counter() - start) / max(iters, 1)
-    return comm.allreduce(elapsed, op=MPI.SUM) / comm.size
-
-
-def count_wrong(comm, run, dtype, op, count, in_place, checks):
-    """Elements that differ from the known answer, summed over ranks and check iterations."""
-    wrong = 0
-    expected = check_expected(dtype, op, count, comm.size)
-    for _ in range(checks):
-        sendbuf = check_fill(dtype, op, count, comm.rank, comm.size)
-        recvbuf = sendbuf if in_place else np.zeros_like(sendbuf)
-        run(sendbuf, recvbuf, check=True)
-        wrong += wrong_elements(recvbuf, expected)
-    return comm.allreduce(wrong, op=MPI.SUM)
-
-
-def header(comm, args, algo):
-    host = socket.gethostname()
-    hosts = comm.allgather(host)
-    pids = comm.gather(os.getpid())
-    lines = [
+def header_lines(comm, args, algo, device_lines):
+    config_line = (
         f"# nThread 1 nGpus 1 minBytes {args.minbytes} maxBytes {args.maxbytes} "
         f"step: {args.stepbytes if args.stepbytes else args.stepfactor}"
         f"({'bytes' if args.stepbytes else 'factor'}) warmup iters: {args.warmup_iters} "
-        f"iters: {args.iters} agg iters: 1 validation: {1 if args.check else 0} graph: 0",
+        f"iters: {args.iters} agg iters: 1 validation: {1 if args.check else 0} graph: 0"
+    )
+    info = describe()
+    lines = [config_line]
+    if args.blocking:
+        lines.append("# Blocking Enabled: barrier after each iteration, inside the timing")
+    if args.per_iter_timing:
+        lines.append("# Per-Iteration Report: MPI_Wtime timing; i_* uses max over process rows"
+                     + (f"; summary skips first {args.per_iter_skip} iterations" if args.per_iter_skip else ""))
+    lines += [
         "#",
-        f"# Algorithm: {algo}  Collective: allreduce  Ranks: {comm.size}  Hosts: {len(set(hosts))}"
-        f"  MPI: {MPI.Get_library_version().splitlines()[0].strip()}",
-        f"# Machine: {platform.machine()} {cpu_model()}  Python {platform.python_version()}"
-        f"  numpy {np.__version__}  Commit: {commit()}",
-        f"# Env: {relevant_env()}",
+        f"# Algorithm: {algo}  Collective: {args.collective}  Ranks: {comm.Get_size()}  "
+        f"Hosts: {len({d['hostname'] for d in device_lines})}  Device: {args.device}  "
+        f"Time aggregation: {AGGREGATIONS[args.average]}  MPI: {info['mpi']}",
+        f"# Machine: {info['machine']} {info['cpu']}  Python {info['python']}  numpy {info['numpy']}"
+        f"  Commit: {info['commit']}",
+        f"# Env: {info['env']}",
+        f"# Malloc: {malloc_mode()}",
         "#",
         "# Using devices",
     ]
-    if comm.rank == 0:
-        for rank, (h, pid) in enumerate(zip(hosts, pids)):
-            lines.append(f"#  Rank {rank:2d} Group  0 Pid {pid:6d} on {h:>10s} device  0 [cpu] host memory")
-    lines += ["#", COLUMNS]
+    for d in device_lines:
+        lines.append(f"#  Rank {d['rank']:2d} Group  0 Pid {d['pid']:6d} on {d['hostname']:>10s} "
+                     f"device {d['device']:2d} [{d['device_hex']}] {d['device_info']}")
+    lines += ["#", PER_ITER_COLUMNS if args.per_iter_timing else COLUMNS]
     return "\n".join(lines)
 
 
 def main(argv=None):
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
     comm = MPI.COMM_WORLD
-    say = print if comm.rank == 0 else (lambda *a, **k: None)
-    any_wrong = 0
-    for algo in args.algos:
-        say(header(comm, args, algo), flush=True)
-        total_wrong, busbws = 0, []
-        for dtype in args.dtypes:
-            itemsize = np.dtype(dtype).itemsize
-            for op in args.ops:
-                if op == "avg" and np.dtype(dtype).kind != "f":
-                    continue
-                run = RUNNERS[algo](comm, op, args.topology)
-                for size in args.sizes:
-                    count = size // itemsize
-                    nbytes = count * itemsize
-                    sendbuf = check_fill(dtype, op, count, comm.rank, comm.size)
-                    recvbuf = np.empty_like(sendbuf)
-                    results = []
-                    for in_place in (False, True):
-                        target = sendbuf if in_place else recvbuf
-                        seconds = time_runs(comm, run, sendbuf, target, args.iters, args.warmup_iters)
-                        algbw, busbw = bandwidths(nbytes, seconds, bus_factor("allreduce", comm.size))
-                        wrong = (count_wrong(comm, run, dtype, op, count, in_place, args.check)
-                                 if args.check else None)
-                        total_wrong += wrong or 0
-                        busbws.append(busbw)
-                        results.append((seconds, algbw, busbw, wrong))
-                    say(row(nbytes, count, dtype, op, -1, results), flush=True)
-        say(footer(total_wrong, busbws), flush=True)
-        say("#", flush=True)
-        any_wrong += total_wrong
-    return 1 if any_wrong else 0
+    rank, size = comm.Get_rank(), comm.Get_size()
+    spec = COLLECTIVES[args.collective]
+    say = print if rank == 0 else (lambda *a, **k: None)
+    progress = rank == 0 and not args.quiet and sys.stderr.isatty()
+
+    xp, device, nccl = np, -1, None
+    try:
+        if args.device == "gpu":
+            from .gpu import NcclBaseline, select_device
+
+            xp, device, gpus = select_device(comm)
+            if "nccl" in args.algos:
+                nccl = NcclBaseline(comm, gpus)
+    except RuntimeError as exc:
+        if rank == 0:
+            sys.stderr.write(f"python -m bench: {exc}\n")
+        return 2
+    device_info = (f"{xp.cuda.runtime.getDeviceProperties(device)['name'].decode()}" if device >= 0
+                   else "host memory")
+    devices = comm.gather({"rank": rank, "group": 0, "pid": os.getpid(), "hostname": socket.gethostname(),
+                           "device": max(device, 0), "device_hex": "gpu" if device >= 0 else "cpu",
+                           "device_info": device_info}, root=0)
+
+    writer, log = None, None
+    if rank == 0:
+        config = {
+            "nthreads": 1, "ngpus": 1, "minimum_bytes": args.minbytes, "maximum_bytes": args.maxbytes,
+            **({"step_bytes": args.stepbytes} if args.stepbytes else {"step_factor": args.stepfactor}),
+            "warmup_iters": args.warmup_iters, "iterations": args.iters, "aggregated_iterations": 1,
+            "validation": args.check, "graph": 0, "blocking_collectives": bool_text(args.blocking),
+            "per_iter_timing": bool_text(args.per_iter_timing), "per_iter_skip": args.per_iter_skip,
+            "parallel_init": "false", "devices": devices,
+        }
+        run_info = {**describe(), "ranks": size, "hosts": sorted({d["hostname"] for d in devices}),
+                    "collective": spec.name, "device": args.device,
+                    "aggregation": AGGREGATIONS[args.average], "malloc": malloc_mode(),
+                    "command": " ".join(["python -m bench", *argv])}
+        log = args.log or os.path.join("results", f"bench-{_stamp()}-{size}r.jsonl")
+        writer = ResultsWriter(args.output_file, None if log == "none" else log,
+                               ["python -m bench", *argv], config, run_info)
+        if args.output_file:
+            say(f"# Writing JSON output to {args.output_file}")
+
+    if args.topology is None and any(needs_topology(a) for a in args.algos):
+        args.topology = probe_first(comm, args, os.path.dirname(log) if rank == 0 and log != "none" else None)
+
+    watchdog = Watchdog(args.timeout)
+    total_wrong, all_busbw, summaries = 0, [], {}
+    try:
+        for algo in args.algos:
+            if rank == 0:
+                say(header_lines(comm, args, algo, devices), flush=True)
+            wrong_here, busbws = 0, []
+            for dtype in args.dtypes:
+                for op in args.ops:
+                    if op == "avg" and np.dtype(dtype).kind != "f":
+                        continue
+                    run = make_runner(spec, algo, comm, op, args.topology, nccl)
+                    for number, nbytes in enumerate(args.sizes, 1):
+                        watchdog.arm(f"{algo} {dtype} {op} {nbytes} B")
+                        if progress:
+                            sys.stderr.write(f"\r[{algo}] {dtype} {op} {nbytes} B ({number}/{len(args.sizes)})   ")
+                            sys.stderr.flush()
+                        record = measure(comm, args, spec, run, xp, dtype, op, nbytes)
+                        watchdog.disarm()
+                        wrong_here += record["nwrong_total"]
+                        if rank == 0:
+                            busbws += [record["out_of_place"]["bus_bw"], record["in_place"]["bus_bw"]]
+                            say(record.pop("text"), flush=True)
+                            record.pop("nwrong_total")
+                            writer.add({**record, "algorithm": algo, "experiment_name": f"{spec.name}/{algo}"})
+            if progress:
+                sys.stderr.write("\r" + " " * 60 + "\r")
+            average = sum(busbws) / len(busbws) if busbws else 0.0
+            say(footer(wrong_here, busbws), flush=True)
+            say("#", flush=True)
+            summaries[algo] = {"out_of_bounds": wrong_here, "average_bus_bandwidth": average}
+            total_wrong += wrong_here
+            all_busbw += busbws
+    finally:
+        watchdog.disarm()
+        if writer is not None:
+            writer.finish(total_wrong, sum(all_busbw) / len(all_busbw) if all_busbw else 0.0, summaries)
+    return 1 if total_wrong else 0
+
+
+def probe_first(comm, args, folder):
+    """Measure the links for bamtree and kmtree (no --topology given). Every rank gets the
+    matrix; rank 0 also saves it beside the log, for ``--topology`` next time."""
+    from topology.probe import probe
+
+    matrix = probe(comm, args.probe_bytes, reps=3, warmup=1)
+    if comm.Get_rank() == 0:
+        path = os.path.join(folder or "results", f"probe-{_stamp()}-{comm.Get_size()}r.json")
+        matrix.save(path)
+        print(f"# Topology: probed {matrix.size} ranks in {matrix.measured['rounds']} rounds "
+              f"({args.probe_bytes} B messages), saved to {path}", flush=True)
+    return matrix
+
+
+def measure(comm, args, spec, run, xp, dtype, op, nbytes):
+    """Time one size out of place and in place, check it, and return its result record."""
+    size, rank = comm.Get_size(), comm.Get_rank()
+    total, count = spec.counts(nbytes, np.dtype(dtype).itemsize, size)
+    actual_bytes = total * np.dtype(dtype).itemsize
+    send, recv = spec.inputs(xp, dtype, op, total, rank, size)
+    in_place = getattr(spec, "in_place_buffer", lambda xp, s, r, rank, n: s)(xp, send.copy(), recv, rank, size)
+    times = np.zeros(args.iters) if args.per_iter_timing else None
+    record = {"size": int(actual_bytes), "count": int(count), "type": TYPE_NAMES.get(dtype, dtype),
+              "redop": op, "root": f"{-1:6d}", "actual_iterations": args.iters}
+    results, per_iter, wrong_total = [], [], 0
+    for placement, (s, r) in (("out_of_place", (send, recv)), ("in_place", (in_place, in_place))):
+        run(s, r, check=True)  # arguments agree on every rank before timing
+        seconds = time_calls(comm, lambda: run(s, r), args.iters, args.warmup_iters, bool(args.blocking), times)
+        seconds = aggregate(comm, seconds, args.average)
+        algbw, busbw = bandwidths(actual_bytes, seconds, spec.factor(size))
+        wrong = check(comm, spec, run, xp, dtype, op, total, placement == "in_place", args.check) if args.check else None
+        wrong_total += wrong or 0
+        record[placement] = {"time": seconds * 1e6, "alg_bw": algbw, "bus_bw": busbw,
+                             "nwrong": None if wrong is None else float(wrong)}
+        if args.per_iter_timing:
+            stats = iteration_stats(comm, times, args.per_iter_skip)
+            if rank == 0:
+                record[f"{placement}_per_iter"] = stats
+                per_iter.append(stats)
+        results.append((seconds, algbw, busbw, wrong))
+    if rank == 0:
+        record["text"] = row(actual_bytes, count, dtype, op, -1, results, per_iter or None)
+    record["nwrong_total"] = wrong_total
+    return record
+
+
+def check(comm, spec, run, xp, dtype, op, total, in_place, checks):
+    """Wrong elements over ``checks`` runs on fresh data, summed over ranks."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    expected = spec.expected(dtype, op, total, rank, size)
+    wrong = 0
+    for _ in range(checks):
+        send, recv = spec.inputs(xp, dtype, op, total, rank, size)
+        if in_place:
+            send = getattr(spec, "in_place_buffer", lambda xp, s, r, rank, n: s)(xp, send, recv, rank, size)
+            recv = send
+        result = run(send, recv, check=True)
+        result = result.get() if hasattr(result, "get") and xp is not np else result
+        wrong += wrong_elements(np.asarray(result), expected)
+    return comm.allreduce(wrong, op=MPI.SUM)
+
+
+def _stamp():
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+

@@ -8,6 +8,12 @@ nccl-tests (SuperBench's, for one) read it unchanged.
 
 import math
 
+PER_ITER_COLUMNS = (
+    "#                                                              out-of-place (+ per-iteration)                                    in-place (+ per-iteration)\n"
+    "#       size         count      type   redop    root     time   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv%     time   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv%\n"
+    "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)     (us)     (us)      (%)     (us)  (GB/s)  (GB/s)             (us)     (us)     (us)      (%)"
+)
+
 COLUMNS = (
     "#                                                              out-of-place                       in-place          \n"
     "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong\n"
@@ -46,12 +52,26 @@ def time_text(us):
     return f"{us:7.2f}"
 
 
-def row(size, count, dtype, op, root, results):
-    """One table row; ``results`` is [(seconds, algbw, busbw, wrong)] for out-of-place, in-place."""
+def float_text(value, width=7):
+    """nccl-tests' getFloatStr: two decimals if they fit in ``width``, then one, then none."""
+    for fmt in (f"{{:{width}.2f}}", f"{{:{width}.1f}}", f"{{:{width}.0f}}"):
+        text = fmt.format(value)
+        if len(text) <= width:
+            return text
+    return f"{value:{width}.1e}"
+
+
+def row(size, count, dtype, op, root, results, per_iteration=None):
+    """One table row; ``results`` is [(seconds, algbw, busbw, wrong)] for out-of-place, in-place;
+    ``per_iteration`` (with ``-I 1``) the matching [stats dict] whose i_min, i_max, i_p99 and
+    i_cv% follow each placement's #wrong."""
     text = f"{size:12d}  {count:12d}  {TYPE_NAMES.get(dtype, dtype):>8s}  {op:>6s}  {root:6d}"
-    for seconds, algbw, busbw, wrong in results:
+    for k, (seconds, algbw, busbw, wrong) in enumerate(results):
         wrong_text = "N/A" if wrong is None else f"{wrong:g}"
         text += f"  {time_text(seconds * 1e6)}  {algbw:6.2f}  {busbw:6.2f}  {wrong_text:>6s}"
+        if per_iteration is not None:
+            st = per_iteration[k]
+            text += "".join(f"  {float_text(st[key])}" for key in ("min_us", "max_us", "p99_us", "cv_pct"))
     return text
 
 

@@ -1,66 +1,118 @@
-"""The benchmark driver, run for real under mpiexec, read back the way nccl-tests parsers read it."""
+"""The benchmark driver and its tools, run for real (under mpiexec where it takes ranks)."""
 
+import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
-from conftest import ROOT, run_mpi
+import numpy as np
+import pytest
+
+from conftest import ROOT, mpiexec, run_mpi
+
+REFERENCE = ROOT.parent / "shared" / "reference" / "nccl-tests"
 
 
-def parse_tables(text):
-    """Split nccl-tests-style output into {algorithm: (rows, out_of_bounds_line)}, SuperBench's way:
-    the numeric rows after the header that names size/time/algbw/busbw."""
-    tables, algo, rows = {}, None, []
+def superbench_parse(text):
+    """A SuperBench-style nccl-tests parser: per table, the line with 'out-of-place', the header
+    naming size/time/algbw/busbw, numeric rows mapped by those names, the 'Out of bounds' line."""
+    tables, current, names = [], None, None
     for line in text.splitlines():
-        m = re.match(r"# Algorithm: (\S+)", line)
-        if m:
-            algo, rows = m.group(1), []
-        elif line.startswith("# Out of bounds values"):
-            tables[algo] = (rows, line)
-        elif algo and not line.startswith("#") and line.strip():
-            fields = line.split()
-            assert len(fields) == 13, line
-            rows.append(fields)
+        if "out-of-place" in line:
+            current, names = {"rows": []}, None
+            tables.append(current)
+        elif current is not None and names is None and re.search(r"\bsize\b.*\bbusbw\b", line):
+            names = line.lstrip("#").split()
+        elif current is not None and names and not line.startswith("#") and line.strip():
+            values = line.split()
+            half = (len(names) - 5) // 2  # columns per placement after size count type redop root
+            row = dict(zip(names[:5], values[:5]))
+            row["oop"] = dict(zip(names[5:5 + half], map(float, values[5:5 + half])))
+            row["ip"] = dict(zip(names[5 + half:], map(float, values[5 + half:])))
+            current["rows"].append(row)
+        elif current is not None and line.startswith("# Out of bounds values"):
+            current["oob"] = int(line.split(":")[1].split()[0])
+        elif current is not None and line.startswith("# Avg bus bandwidth"):
+            current["avg"] = float(line.split(":")[1])
     return tables
 
 
-def test_sweep_of_every_algorithm_reports_zero_wrong():
-    proc = run_mpi(3, ["-m", "bench", "-b", "8", "-e", "64K", "-f", "8", "-n", "3", "-w", "1",
-                       "-d", "int32", "-o", "all"], timeout=120)
+def algorithms_in(text):
+    return re.findall(r"# Algorithm: (\S+)", text)
+
+
+def bench(ranks, *args, tmp_path, timeout=180):
+    log = tmp_path / "log.jsonl"
+    return run_mpi(ranks, ["-m", "bench", "--log", str(log), *args], timeout=timeout), log
+
+
+def test_sweep_every_algorithm_read_by_a_superbench_style_parser(tmp_path):
+    out = tmp_path / "run.json"
+    proc, log = bench(2, "-b", "8", "-e", "64K", "-f", "8", "-n", "3", "-w", "1", "-o", "all",
+                      "-d", "int32", "--algo", "all", "-J", str(out), tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    tables = parse_tables(proc.stdout)
-    assert set(tables) == {"ps", "ring", "tree", "mpi"}
-    for algo, (rows, oob) in tables.items():
-        assert oob == "# Out of bounds values : 0 OK", algo
-        # 5 sizes (8 B, 64 B, 512 B, 4 KiB, 32 KiB) x 4 ops (avg is skipped for integers)
-        assert len(rows) == 20, (algo, rows)
-        for fields in rows:
-            size, count = int(fields[0]), int(fields[1])
-            assert size == 4 * count and fields[2] == "int32" and fields[4] == "-1"
-            assert fields[8] == "0" and fields[12] == "0", fields  # #wrong, both placements
-            assert float(fields[5]) > 0 and float(fields[9]) > 0  # times
-    assert proc.stdout.count("Ranks: 3") == 4
+    assert algorithms_in(proc.stdout) == ["ps", "ring", "tree", "bamtree", "kmtree", "mpi"]
+    assert "# Topology: probed 2 ranks in 1 rounds" in proc.stdout  # no --topology: probe first
+    assert len(list(tmp_path.glob("probe-*-2r.json"))) == 1
+    tables = superbench_parse(proc.stdout)
+    assert len(tables) == 6
+    for table in tables:
+        assert table["oob"] == 0 and len(table["rows"]) == 5 * 4  # 5 sizes x 4 ops (no avg for ints)
+        busbw = [r["oop"]["busbw"] for r in table["rows"]] + [r["ip"]["busbw"] for r in table["rows"]]
+        assert table["avg"] == pytest.approx(sum(busbw) / len(busbw), abs=0.01)
+        for r in table["rows"]:
+            assert int(r["size"]) == 4 * int(r["count"]) and r["type"] == "int32" and r["root"] == "-1"
+            assert r["oop"]["#wrong"] == 0 and r["ip"]["#wrong"] == 0 and r["oop"]["time"] > 0
+    document = json.loads(out.read_text())
+    assert len(document["results"]) == 120 and document["out_of_bounds"] == {"count": 0, "okay": "true"}
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(lines) == 120 and {l["algorithm"] for l in lines} == {"ps", "ring", "tree", "bamtree", "kmtree", "mpi"}
+    assert all(l["malloc"] == "glibc defaults" for l in lines)
+    assert all(l["ranks"] == 2 and l["mpi"].startswith("MPICH") and l["commit"] for l in lines)
 
 
-def test_unknown_flag_is_refused():
-    proc = subprocess.run([sys.executable, "-m", "bench", "--frobnicate"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2
-    assert "unrecognized arguments: --frobnicate" in proc.stderr
+def test_per_iteration_json_has_what_analyze_perf_json_reads(tmp_path):
+    """The keys and invariants nccl-tests' tools/analyze_perf_json.py relies on."""
+    out = tmp_path / "iters.json"
+    proc, _ = bench(2, "-b", "1K", "-e", "64K", "-f", "8", "-n", "6", "-w", "1", "-I", "1", "-K", "2",
+                    "--algo", "ring,mpi", "-J", str(out), tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [l for l in proc.stdout.splitlines() if l and not l.startswith("#")]
+    assert rows and all(len(l.split()) == 21 for l in rows)  # 5 + 2 x (4 + i_min i_max i_p99 i_cv%)
+    doc = json.loads(out.read_text())
+    assert doc["version"] == 3 and doc["config"]["iterations"] == 6
+    assert doc["config"]["aggregated_iterations"] == 1 and doc["config"]["per_iter_skip"] == 2
+    assert doc["config"]["per_iter_timing"] == "true" and len(doc["config"]["devices"]) == 2
+    assert {"hostname", "rank", "pid"} <= set(doc["config"]["devices"][0])
+    for r in doc["results"]:
+        for key in ("out_of_place_per_iter", "in_place_per_iter"):
+            it = r[key]
+            assert it["skipped_iterations"] == 2 and len(it["times_us"]) == 6
+            rows_ = it["per_process_max_times_us"]
+            assert len(rows_) == 2 and all(len(x) == 6 for x in rows_)
+            assert it["times_us"] == pytest.approx([max(a, b) for a, b in zip(*rows_)])
+            kept = sorted(it["times_us"][2:])
+            assert it["min_us"] == pytest.approx(kept[0]) and it["max_us"] == pytest.approx(kept[-1])
+            assert it["avg_us"] == pytest.approx(np.mean(kept))
+            assert it["cv_pct"] == pytest.approx(np.std(kept) / np.mean(kept) * 100)
+            for k in ("p50_us", "p95_us", "p99_us", "stdev_us"):
+                assert isinstance(it[k], float)
 
 
-def test_unknown_algorithm_is_refused():
-    proc = subprocess.run([sys.executable, "-m", "bench", "--algo", "ring,butterfly"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2
-    assert "unknown --algo butterfly; choices: ps,ring,tree,bamtree,kmtree,mpi,all" in proc.stderr
-
-
-def test_matched_trees_need_a_topology():
-    proc = subprocess.run([sys.executable, "-m", "bench", "--algo", "bamtree"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2
-    assert "--algo bamtree builds its tree from link bandwidths: pass --topology FILE" in proc.stderr
+@pytest.mark.parametrize("collective", ["reducescatter", "allgather"])
+def test_reduce_scatter_and_all_gather_sweeps(tmp_path, collective):
+    proc, _ = bench(3, "--collective", collective, "-b", "96", "-e", "96K", "-f", "32", "-n", "2",
+                    "-w", "1", "-o", "all", "-d", "float64", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert algorithms_in(proc.stdout) == ["ring", "mpi"]
+    for table in superbench_parse(proc.stdout):
+        assert table["oob"] == 0
+        for r in table["rows"]:
+            assert int(r["size"]) == 8 * 3 * int(r["count"])  # count is per rank, size the whole vector
+            assert r["oop"]["#wrong"] == 0 and r["ip"]["#wrong"] == 0
 
 
 def test_matched_trees_from_a_probe(tmp_path):
@@ -68,10 +120,160 @@ def test_matched_trees_from_a_probe(tmp_path):
     topo = tmp_path / "topo.json"
     proc = run_mpi(3, ["-m", "topology", "probe", "-o", str(topo), "-b", "64K", "--reps", "2"], timeout=120)
     assert proc.returncode == 0, proc.stderr
-    proc = run_mpi(3, ["-m", "bench", "-b", "1K", "-e", "64K", "-f", "8", "-n", "2", "-w", "1",
-                       "--algo", "bamtree,kmtree", "--topology", str(topo)], timeout=120)
+    proc, _ = bench(3, "-b", "1K", "-e", "64K", "-f", "8", "-n", "2", "-w", "1", "--algo", "all",
+                    "--topology", str(topo), tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    tables = parse_tables(proc.stdout)
-    assert set(tables) == {"bamtree", "kmtree"}
-    for rows, oob in tables.values():
-        assert oob == "# Out of bounds values : 0 OK" and len(rows) == 3
+    assert algorithms_in(proc.stdout) == ["ps", "ring", "tree", "bamtree", "kmtree", "mpi"]
+    assert all(t["oob"] == 0 and len(t["rows"]) == 3 for t in superbench_parse(proc.stdout))
+
+
+@pytest.mark.parametrize("flags", [["-a", "0"], ["-a", "2"], ["-a", "3", "-z", "1"]])
+def test_aggregation_and_blocking_modes(tmp_path, flags):
+    proc, _ = bench(2, "-b", "1K", "-e", "1K", "-n", "3", "-w", "1", "--algo", "ring", *flags, tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert {"0": "rank 0", "2": "min", "3": "max"}[flags[1]] in proc.stdout
+    if "-z" in flags:
+        assert "# Blocking Enabled" in proc.stdout
+
+
+def test_timeout_aborts_a_size_that_runs_too_long(tmp_path):
+    proc, log = bench(2, "-b", "8M", "-e", "8M", "-n", "200", "-w", "0", "--algo", "ps", "-T", "0.2",
+                      tmp_path=tmp_path, timeout=120)
+    assert proc.returncode != 0
+    assert "timeout: ps float32 sum 8388608 B ran over 0.2 s (-T)" in proc.stderr
+
+
+def test_a_killed_run_leaves_every_finished_size_readable(tmp_path):
+    log = tmp_path / "log.jsonl"
+    command = [mpiexec(), "-n", "2", sys.executable, "-m", "bench", "--log", str(log), "-b", "1K", "-e", "1G",
+               "-f", "2", "-n", "20", "-w", "1", "--algo", "ring", "--quiet"]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and (not log.exists() or log.read_text().count("\n") < 3):
+            time.sleep(0.1)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(rows) >= 3
+    assert [r["size"] for r in rows[:3]] == [1024, 2048, 4096]
+    assert all(r["out_of_place"]["nwrong"] == 0 for r in rows)
+
+
+BAD = [
+    (["--frobnicate"], "unrecognized arguments: --frobnicate"),
+    (["-b", "12Q"], "argument -b/--minbytes: invalid parse_size value: '12Q'"),
+    (["-b", "1M", "-e", "1K"], "max bytes 1024 is below min bytes 1048576"),
+    (["-b", "6", "-e", "6", "-d", "float"], "size 6 is not a multiple of 4 bytes (float32)"),
+    (["--algo", "ring,butterfly"], "unknown --algo butterfly for allreduce; choices: ps,ring,tree,bamtree,kmtree,mpi,nccl,all"),
+    (["--algo", "nccl"], "--algo nccl needs --device gpu"),
+    (["--collective", "allgather", "--algo", "tree"], "unknown --algo tree for allgather; choices: ring,mpi,nccl,all"),
+    (["-I", "1", "-K", "20"], "-K 20 skips every one of the 20 iterations"),
+]
+
+
+@pytest.mark.parametrize("argv,message", BAD)
+def test_bad_arguments_give_one_clear_line(argv, message):
+    proc = subprocess.run([sys.executable, "-m", "bench", *argv], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_gpu_without_a_gpu_says_so(tmp_path):
+    proc, _ = bench(2, "--device", "gpu", "-b", "1K", "-e", "1K", tmp_path=tmp_path)
+    assert proc.returncode == 2
+    assert "--device gpu needs CuPy and a CUDA GPU on rank 0" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_compare_reads_vendor_logs_of_both_formats_and_ours(tmp_path):
+    ours = tmp_path / "ours.json"
+    proc, _ = bench(2, "-b", "32", "-e", "8K", "-f", "16", "-n", "2", "-w", "1", "--algo", "ring,mpi",
+                    "-J", str(ours), tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    text_output = tmp_path / "ours.txt"
+    text_output.write_text(proc.stdout)
+    new_format = tmp_path / "new.log"  # nccl-tests' current layout: root and #wrong columns
+    new_format.write_text("#       size         count      type   redop    root     time   algbw   busbw  #wrong"
+                          "     time   algbw   busbw  #wrong\n"
+                          "          32             8     float     sum      -1    10.00    0.00    9.50       0"
+                          "    10.00    0.00    9.00       0\n# Out of bounds values : 0 OK\n")
+    proc = subprocess.run([sys.executable, "-m", "bench", "compare",
+                           str(REFERENCE / "superbench_8xA100_allreduce.log"), str(new_format), str(ours),
+                           str(text_output)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    header = lines[1].split()
+    assert header[:6] == ["size", "(B)", "superbench_8xA", "new", "ring", "mpi"]
+    row32 = next(l.split() for l in lines if l.split() and l.split()[0] == "32")
+    assert row32[1] == "0.00" and row32[2] == "9.50"  # the vendor log's and the new-format log's busbw
+    for log in REFERENCE.glob("*.log"):
+        proc = subprocess.run([sys.executable, "-m", "bench", "compare", str(log)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0 and "8589934592" in proc.stdout, (log, proc.stderr)
+
+
+def test_compare_unreadable_log(tmp_path):
+    junk = tmp_path / "junk.log"
+    junk.write_text("hello\n")
+    for path, message in ((tmp_path / "missing.log", "cannot read"), (junk, "no nccl-tests table found")):
+        proc = subprocess.run([sys.executable, "-m", "bench", "compare", str(path)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_model_reproduces_the_seed_and_reads_a_probe(tmp_path):
+    from bench.model import Model, ring_seed_check
+    from topology import seed_example, uniform
+
+    volume, bandwidth_term, latency_term = ring_seed_check()
+    assert volume == pytest.approx(24.5e9) and bandwidth_term == pytest.approx(0.06125)
+    assert latency_term == pytest.approx(0.14e-3)
+    model = Model(uniform(8, 400, 10))
+    assert model.time("ring", 14e9) == pytest.approx(0.06125 + 0.14e-3)
+    assert model.time("ps", 14e9) == pytest.approx(2 * 7 * (10e-6 + 14e9 / 400e9))
+    assert model.time("tree", 14e9) == pytest.approx(2 * 3 * (10e-6 + 14e9 / 400e9))
+    seed = Model(seed_example())
+    assert seed.time("bamtree", 1e9) < seed.time("kmtree", 1e9)  # BAM's slowest link 4 beats KM's 3
+    cross = model.crossover("ring", "tree")
+    assert model.time("ring", cross) <= model.time("tree", cross) and model.time("ring", cross // 2) > model.time("tree", cross // 2)
+    path = tmp_path / "seed.json"
+    seed_example().save(path)
+    proc = subprocess.run([sys.executable, "-m", "bench", "model", "--topology", str(path), "-b", "1M", "-e", "16M"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "ring overtakes the binomial tree" in proc.stdout or "never overtakes" in proc.stdout
+    assert "# bamtree: 2 levels, bottlenecks (GB/s) 10.00, 4.00" in proc.stdout
+    assert "# kmtree: 2 levels, bottlenecks (GB/s) 10.00, 3.00" in proc.stdout
+
+
+def test_plot_writes_a_png(tmp_path):
+    png = tmp_path / "busbw.png"
+    proc = subprocess.run([sys.executable, "-m", "bench", "plot", str(REFERENCE / "superbench_8xA100_allreduce.log"),
+                           "-o", str(png)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10000
+
+
+def test_scaling_reproduces_the_seed():
+    proc = subprocess.run([sys.executable, "-m", "bench", "scaling", "--params", "7e9", "--dtype", "float16",
+                           "--compute-time", "0.3", "--ranks", "8,64", "--beta-GBps", "400", "--algo", "ring"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    ring8 = next(l.split() for l in proc.stdout.splitlines() if l.split()[:2] == ["ring", "8"])
+    assert float(ring8[2]) == pytest.approx(0.0614, abs=0.001) and ring8[4] == "83.0%"
+    pcie = subprocess.run([sys.executable, "-m", "bench", "scaling", "--params", "7e9", "--compute-time", "0.3",
+                           "--ranks", "8", "--beta-GBps", "20", "--algo", "ring"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    ring8 = next(l.split() for l in pcie.stdout.splitlines() if l.split()[:2] == ["ring", "8"])
+    assert float(ring8[2]) == pytest.approx(1.2, abs=0.03) and float(ring8[4].rstrip("%")) == pytest.approx(20, abs=0.5)
+
+
+def test_bucketed_overlap_hides_all_but_the_last_bucket():
+    from bench.scaling import exposed_time
+
+    assert exposed_time(0.01, 10, 1.0) == pytest.approx(0.01)  # each bucket fits behind the next
+    assert exposed_time(0.2, 10, 1.0) == pytest.approx(10 * 0.2 + 0.1 - 1.0)  # communication-bound

@@ -1,5 +1,8 @@
 """Shared pieces for the tests that run on every rank under mpiexec (pytest --with-mpi)."""
 
+import json
+import os
+
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -74,3 +77,20 @@ def options(algorithm, size):
     if method in ("bam", "km"):
         return {"bandwidth": random_heterogeneous(size, seed=size).bandwidth}
     return {}
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Each rank leaves its own verdict in $MPI_SUITE_REPORT_DIR for the launching test,
+    since the ranks' terminal output interleaves."""
+    folder = os.environ.get("MPI_SUITE_REPORT_DIR")
+    if not folder:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    stats = reporter.stats if reporter else {}
+    report = {
+        "rank": MPI.COMM_WORLD.Get_rank(),
+        "exitstatus": int(exitstatus),
+        **{key: len(stats.get(key, [])) for key in ("passed", "failed", "error", "skipped")},
+    }
+    with open(os.path.join(folder, f"rank{report['rank']}.json"), "w") as f:
+        json.dump(report, f)

@@ -1,0 +1,50 @@
+"""``python -m bench plot FILE... -o busbw.png``: busbw against message size (log scale),
+one line per algorithm, from our results and from nccl-tests logs (vendor baselines)."""
+
+import argparse
+import sys
+
+from .compare import load
+from .logs import LogError
+
+
+def plot(rows, output, title=None, placement="out_of_place"):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = {}
+    for r in rows:
+        if r["size"] > 0:
+            series.setdefault(r["algorithm"], []).append((r["size"], r[placement]["bus_bw"]))
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
+    for name, points in series.items():
+        points.sort()
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3, label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("bus bandwidth (GB/s)")
+    ax.set_title(title or f"busbw, {placement.replace('_', '-')}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(output)
+    plt.close(fig)
+
+
+def main(argv):
+    p = argparse.ArgumentParser(prog="python -m bench plot", description=__doc__.splitlines()[0])
+    p.add_argument("files", nargs="+")
+    p.add_argument("-o", "--output", required=True, help="PNG file to write")
+    p.add_argument("--title")
+    p.add_argument("--in-place", action="store_true")
+    args = p.parse_args(argv)
+    try:
+        rows = [row for path in args.files for row in load(path)]
+        plot(rows, args.output, args.title, "in_place" if args.in_place else "out_of_place")
+    except (LogError, ValueError, OSError) as exc:
+        print(f"python -m bench plot: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.output}")
+    return 0

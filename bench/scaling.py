@@ -1,0 +1,92 @@
+"""``python -m bench scaling``: what all-reduce costs a data-parallel training step (seed 000, section 5).
+
+The gradient is ``params x dtype size`` bytes. For each algorithm and rank count
+the communication time T_m comes from the alpha-beta model (uniform links of
+``--beta-GBps``, or a measured busbw from ``--results``); efficiency
+E = T_c / (T_c + T_m) and speed-up N x E. With ``--buckets K`` the gradient is
+sent in K equal buckets as they become ready during a backward pass of
+``--backward-time`` seconds (DDP-style); only the communication that does not
+fit behind the remaining backward work is exposed (ideally the last bucket).
+"""
+
+import argparse
+import sys
+
+import numpy as np
+
+from topology import uniform
+
+from .model import ALGORITHMS, Model
+from .results import read_results
+
+
+def exposed_time(bucket_time, buckets, backward):
+    """Communication left after the backward pass when bucket k is ready at k/K of it and
+    buckets go out one after another."""
+    finish = 0.0
+    for k in range(1, buckets + 1):
+        finish = max(finish, k * backward / buckets) + bucket_time
+    return max(finish - backward, 0.0)
+
+
+def measured_busbw(paths):
+    """{algorithm: busbw GB/s at its largest measured all-reduce size} from our results files."""
+    best = {}
+    for path in paths:
+        for r in read_results(path):
+            if r.get("collective", "allreduce") == "allreduce":
+                key = r["algorithm"]
+                if key not in best or r["size"] > best[key][0]:
+                    best[key] = (r["size"], r["out_of_place"]["bus_bw"])
+    return {k: v[1] for k, v in best.items()}
+
+
+def main(argv):
+    p = argparse.ArgumentParser(prog="python -m bench scaling", description=__doc__.splitlines()[0])
+    p.add_argument("--params", type=float, required=True, help="model parameters, e.g. 7e9")
+    p.add_argument("--dtype", default="float16", help="gradient dtype (default float16)")
+    p.add_argument("--compute-time", type=float, required=True, help="T_c: seconds of compute per step")
+    p.add_argument("--ranks", default="8", help="comma list of rank counts")
+    p.add_argument("--beta-GBps", type=float, default=400.0, help="link bandwidth for the model")
+    p.add_argument("--alpha-us", type=float, default=10.0, help="start-up time for the model")
+    p.add_argument("--results", nargs="*", default=[], help="use measured busbw instead of the model")
+    p.add_argument("--buckets", type=int, default=0, help="K equal gradient buckets overlapped with backward")
+    p.add_argument("--backward-time", type=float, help="T_b (default: 2/3 of the compute time)")
+    p.add_argument("--algo", default="ps,ring,tree")
+    args = p.parse_args(argv)
+    try:
+        itemsize = np.dtype(args.dtype).itemsize
+        ranks = [int(r) for r in args.ranks.split(",")]
+        algos = args.algo.split(",")
+        bad = [a for a in algos if a not in ALGORITHMS]
+        if bad or min(ranks) < 1 or args.params <= 0 or args.compute_time <= 0:
+            raise ValueError(f"unknown --algo {','.join(bad)}" if bad else
+                             "--ranks, --params and --compute-time must be positive")
+        measured = measured_busbw(args.results)
+    except (TypeError, ValueError, OSError) as exc:
+        print(f"python -m bench scaling: {exc}", file=sys.stderr)
+        return 2
+    nbytes = args.params * itemsize
+    backward = args.backward_time if args.backward_time is not None else args.compute_time * 2 / 3
+    source = ("measured busbw from " + ", ".join(args.results)) if args.results else \
+        f"alpha-beta model, alpha {args.alpha_us:g} us, beta {args.beta_GBps:g} GB/s"
+    print(f"# gradient {nbytes / 1e9:.3f} GB ({args.params:g} x {args.dtype}), T_c {args.compute_time:g} s, {source}")
+    if args.buckets:
+        print(f"# {args.buckets} buckets overlapped with a {backward:g} s backward pass")
+    print(f"{'algorithm':>10}  {'ranks':>6}  {'T_m (s)':>10}  {'exposed (s)':>11}  {'efficiency':>10}  {'speed-up':>8}")
+    for algo in algos:
+        for n in ranks:
+            if args.results:
+                if algo not in measured:
+                    continue
+                factor = 2 * (n - 1) / n if n > 1 else 0
+                t_m = nbytes * factor / (measured[algo] * 1e9) if factor else 0.0
+                bucket = t_m / args.buckets if args.buckets else 0.0
+            else:
+                model = Model(uniform(n, args.beta_GBps, args.alpha_us))
+                t_m = model.time(algo, nbytes)
+                bucket = model.time(algo, nbytes / args.buckets) if args.buckets else 0.0
+            exposed = exposed_time(bucket, args.buckets, backward) if args.buckets else t_m
+            efficiency = args.compute_time / (args.compute_time + exposed)
+            print(f"{algo:>10}  {n:6d}  {t_m:10.4f}  {exposed:11.4f}  {efficiency * 100:9.1f}%  {n * efficiency:8.2f}")
+    return 0
