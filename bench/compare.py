@@ -6,6 +6,7 @@ column; the first column (or ``--reference NAME``) is what the ratios divide by.
 """
 
 import argparse
+import os
 import sys
 
 from .logs import LogError, read_log
@@ -21,6 +22,21 @@ def load(path):
     except (ValueError, OSError, UnicodeDecodeError):
         pass
     return read_log(path, name=path.rsplit("/", 1)[-1].rsplit(".", 1)[0])
+
+
+def load_all(paths):
+    """Rows of every file; an algorithm found in several files is labelled with each file's name."""
+    per_file = [(path, load(path)) for path in paths]
+    seen = {}
+    for _, rows in per_file:
+        for name in {r["algorithm"] for r in rows}:
+            seen[name] = seen.get(name, 0) + 1
+    labelled = []
+    for path, rows in per_file:
+        stem = os.path.basename(path).rsplit(".", 1)[0]
+        labelled += [{**r, "algorithm": f"{r['algorithm']} ({stem})"} if seen[r["algorithm"]] > 1 else r
+                     for r in rows]
+    return labelled
 
 
 def table(rows, placement="out_of_place", reference=None):
@@ -54,7 +70,7 @@ def main(argv):
     p.add_argument("--reference", help="the algorithm the ratios divide by (default: the first)")
     args = p.parse_args(argv)
     try:
-        rows = [row for path in args.files for row in load(path)]
+        rows = load_all(args.files)
         print(table(rows, "in_place" if args.in_place else "out_of_place", args.reference))
     except (LogError, ValueError) as exc:
         print(f"python -m bench compare: {exc}", file=sys.stderr)
