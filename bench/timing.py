@@ -17,23 +17,28 @@ def aggregate(comm, seconds, how):
     return comm.allreduce(seconds, op=MPI.MIN if how == 2 else MPI.MAX)
 
 
-def time_calls(comm, call, iters, warmup, blocking=False, per_iteration=None):
+def time_calls(comm, call, iters, warmup, blocking=False, per_iteration=None, settle=None):
     """Seconds per call on this rank. ``blocking`` adds a barrier after every call (``-z 1``,
-    included in the time); ``per_iteration`` (an array of ``iters``) receives each call's time."""
+    included in the time); ``per_iteration`` (an array of ``iters``) receives each call's time;
+    ``settle()`` waits for queued device work (GPU buffers) before a clock is read."""
+    settle = settle or (lambda: None)
     for _ in range(warmup):
         call()
+    settle()
     comm.Barrier()
     wtime = MPI.Wtime
     if per_iteration is None and not blocking:
         start = wtime()
         for _ in range(iters):
             call()
+        settle()
         return (wtime() - start) / max(iters, 1)
     barrier = comm.Barrier if blocking else (lambda: None)
     total = 0.0
     for i in range(iters):
         start = wtime()
         call()
+        settle()
         barrier()
         elapsed = wtime() - start
         total += elapsed

@@ -1,0 +1,43 @@
+# shellcheck shell=bash
+# Shared by the job scripts (sourced, not run): where the repository, venv and results are,
+# and how ranks are launched. Settings, all optional, from the environment:
+#   REPO      the repository (default: the sbatch submit directory, else this file's parent)
+#   VENV      the virtual environment with the package installed (default: $REPO/.venv)
+#   LAUNCHER  srun (default under Slurm: srun --mpi=pmi2, which the mpich wheel speaks)
+#             or mpiexec (the venv's Hydra mpiexec, which also works inside an allocation)
+#   RANKS     rank count for mpiexec outside Slurm (default: the number of cores)
+#   RESULTS   the output folder (default: $REPO/results/<job id or UTC timestamp>)
+
+repo=${REPO:-${SLURM_SUBMIT_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}}
+venv=${VENV:-$repo/.venv}
+python=$venv/bin/python
+if [ -n "${SLURM_JOB_ID:-}" ]; then
+  launcher=${LAUNCHER:-srun}
+  ranks=${RANKS:-${SLURM_NTASKS:-1}}
+else
+  launcher=${LAUNCHER:-mpiexec}
+  ranks=${RANKS:-$(nproc)}
+fi
+out=${RESULTS:-$repo/results/${SLURM_JOB_ID:-$(date -u +%Y%m%dT%H%M%SZ)}}
+
+[ -x "$python" ] || { echo "no $python: install first (see README.md), or set VENV" >&2; exit 2; }
+mkdir -p "$out"
+cd "$repo" || exit 2
+
+# launch MODULE ARGS...: run `python -m MODULE ARGS` on every rank.
+launch() {
+  if [ "$launcher" = srun ]; then
+    srun --mpi=pmi2 "$python" -m "$@"
+  else
+    "$venv/bin/mpiexec" -n "$ranks" "$python" -m "$@"
+  fi
+}
+
+# sweep NAME ARGS...: the benchmark, its table in NAME.txt, nccl-tests JSON in NAME.json and
+# every finished row in NAME.jsonl at once (a job killed by its time limit keeps those).
+sweep() {
+  local name=$1
+  shift
+  launch bench --quiet --log "$out/$name.jsonl" -J "$out/$name.json" "$@" | tee "$out/$name.txt"
+  return "${PIPESTATUS[0]}"
+}
