@@ -104,11 +104,7 @@ class AllGather:
     name = "allgather"
     has_op = False
     ours = ("ring",)
-
-    @staticmethod
-    def factor(n):
-        return (n - 1) / n if n > 1 else 0.0
-
+    factor = ReduceScatter.factor  # (n-1)/n of the whole vector, as reduce-scatter
     counts = ReduceScatter.counts
 
     @staticmethod

@@ -10,6 +10,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# The mpich wheel's UCX netmod now and then fails MPI_Init on one rank with "failed to unpack
+# address, invalid bandwidth 0.00" (pmodels/mpich#7417, seen here under srun), leaving the other
+# ranks waiting. On one machine all traffic goes through shared memory whichever netmod is
+# loaded, so the tests load OFI; a value set by the caller wins.
+os.environ.setdefault("MPIR_CVAR_CH4_NETMOD", "ofi")
+
 
 def mpiexec():
     """The mpiexec beside this Python (the ``mpich`` wheel's Hydra), else the one on PATH."""

@@ -26,19 +26,11 @@ fi
 state="$(cd "$1" && pwd -P)"
 conf="$state/slurm.conf"
 
-# Prints the pid from pid file $1 if it is alive and is daemon $2 of this STATE_DIR.
-our_pid() {
-    local pidfile="$1" name="$2" pid cmd
-    [[ -s "$pidfile" ]] || return 1
-    pid="$(tr -dc '0-9' <"$pidfile")"
-    [[ -n "$pid" && -r "/proc/$pid/cmdline" ]] || return 1
-    cmd="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" || return 1
-    [[ "$(basename "${cmd%% *}")" == "$name" && "$cmd" == *"$conf"* ]] || return 1
-    echo "$pid"
-}
+# shellcheck source=jobs/cluster/pids.sh
+source "$(dirname "${BASH_SOURCE[0]}")/pids.sh"
 
 # Cancel running jobs first so that no slurmstepd / job processes outlive slurmd.
-if [[ -f "$conf" ]] && our_pid "$state/slurmctld.pid" slurmctld >/dev/null; then
+if [[ -f "$conf" ]] && our_pid "$state/slurmctld.pid" slurmctld "$conf" >/dev/null; then
     jobs_left="$(SLURM_CONF="$conf" timeout 10 squeue -h -o %A 2>/dev/null || true)"
     if [[ -n "$jobs_left" ]]; then
         # shellcheck disable=SC2086 # one job id per word
@@ -52,13 +44,13 @@ fi
 
 stop() {
     local name="$1" pidfile="$state/$1.pid" pid i
-    if pid="$(our_pid "$pidfile" "$name")"; then
+    if pid="$(our_pid "$pidfile" "$name" "$conf")"; then
         kill -TERM "$pid" 2>/dev/null || true
         for ((i = 0; i < 30; i++)); do
             [[ -d "/proc/$pid" ]] || break
             sleep 0.5
         done
-        if our_pid "$pidfile" "$name" >/dev/null; then
+        if our_pid "$pidfile" "$name" "$conf" >/dev/null; then
             echo "slurm-down: $name ($pid) ignored SIGTERM for 15 s, sending SIGKILL" >&2
             kill -KILL "$pid" 2>/dev/null || true
             for ((i = 0; i < 10; i++)); do

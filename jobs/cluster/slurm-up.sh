@@ -71,15 +71,9 @@ state="$(cd "$1" && pwd -P)"
 [[ "$state" != "/" ]] || die "refusing to use / as STATE_DIR"
 conf="$state/slurm.conf"
 
-# Returns 0 if the pid in pid file $1 is alive and is daemon $2 of this STATE_DIR.
-ours_alive() {
-    local pidfile="$1" name="$2" pid cmd
-    [[ -s "$pidfile" ]] || return 1
-    pid="$(tr -dc '0-9' <"$pidfile")"
-    [[ -n "$pid" && -r "/proc/$pid/cmdline" ]] || return 1
-    cmd="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" || return 1
-    [[ "$(basename "${cmd%% *}")" == "$name" && "$cmd" == *"$conf"* ]]
-}
+# shellcheck source=jobs/cluster/pids.sh
+source "$here/pids.sh"
+ours_alive() { our_pid "$1" "$2" "$conf" >/dev/null; }
 
 node_state() { SLURM_CONF="$conf" timeout 10 sinfo -h -o %T 2>/dev/null | head -n 1 || true; }
 
