@@ -297,7 +297,7 @@ def measure(comm, args, spec, run, xp, dtype, op, nbytes):
     total, count = spec.counts(nbytes, np.dtype(dtype).itemsize, size)
     actual_bytes = total * np.dtype(dtype).itemsize
     send, recv = spec.inputs(xp, dtype, op, total, rank, size)
-    in_place = getattr(spec, "in_place_buffer", lambda xp, s, r, rank, n: s)(xp, send.copy(), recv, rank, size)
+    in_place = spec.in_place_buffer(xp, send.copy(), recv, rank, size)
     times = np.zeros(args.iters) if args.per_iter_timing else None
     record = {"size": int(actual_bytes), "count": int(count), "type": TYPE_NAMES.get(dtype, dtype),
               "redop": op, "root": f"{-1:6d}", "actual_iterations": args.iters}
@@ -333,8 +333,7 @@ def check(comm, spec, run, xp, dtype, op, total, in_place, checks):
     for _ in range(checks):
         send, recv = spec.inputs(xp, dtype, op, total, rank, size)
         if in_place:
-            send = getattr(spec, "in_place_buffer", lambda xp, s, r, rank, n: s)(xp, send, recv, rank, size)
-            recv = send
+            send = recv = spec.in_place_buffer(xp, send, recv, rank, size)
         result = run(send, recv, check=True)
         result = result.get() if hasattr(result, "get") and xp is not np else result
         wrong += wrong_elements(np.asarray(result), expected)

@@ -16,7 +16,14 @@ from .check import check_expected, check_fill
 _MPI_OPS = {"sum": MPI.SUM, "avg": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
 
 
-class AllReduce:
+class _Spec:
+    @staticmethod
+    def in_place_buffer(xp, send, recv, rank, n):
+        """The buffer an in-place call works on: by default the input itself."""
+        return send
+
+
+class AllReduce(_Spec):
     name = "allreduce"
     has_op = True
     ours = tuple(algorithms.ALGORITHMS)
@@ -56,7 +63,7 @@ class AllReduce:
         return run
 
 
-class ReduceScatter:
+class ReduceScatter(_Spec):
     name = "reducescatter"
     has_op = True
     ours = ("ring",)
@@ -100,7 +107,7 @@ class ReduceScatter:
         return run
 
 
-class AllGather:
+class AllGather(_Spec):
     name = "allgather"
     has_op = False
     ours = ("ring",)
@@ -116,8 +123,8 @@ class AllGather:
         per = total // n
         return xp.asarray(cls._whole(dtype, total)[rank * per:(rank + 1) * per]), xp.empty(total, dtype=dtype)
 
-    @classmethod
-    def in_place_buffer(cls, xp, send, recv, rank, n):
+    @staticmethod
+    def in_place_buffer(xp, send, recv, rank, n):
         """In place, rank r's chunk already sits at its place in the whole vector."""
         per = send.size
         recv[rank * per:(rank + 1) * per] = send
