@@ -3,19 +3,20 @@
 # and how ranks are launched. Settings, all optional, from the environment:
 #   REPO      the repository (default: the sbatch submit directory, else this file's parent)
 #   VENV      the virtual environment with the package installed (default: $REPO/.venv)
-#   LAUNCHER  srun (default under Slurm: srun --mpi=pmi2, which the mpich wheel speaks)
-#             or mpiexec (the venv's Hydra mpiexec, which also works inside an allocation)
+#   LAUNCHER  mpiexec (default: the venv's Hydra mpiexec; inside an allocation it starts its
+#             proxies on the allocated nodes through Slurm) or srun (srun --mpi=pmi2, Slurm's
+#             PMI2, which the mpich wheel speaks; with the mpich 5.0.2 wheel and Slurm 22.05
+#             3 of 10 two-rank jobs hung in MPI_Init here, so it is not the default)
 #   RANKS     rank count for mpiexec outside Slurm (default: the number of cores)
 #   RESULTS   the output folder (default: $REPO/results/<job id or UTC timestamp>)
 
 repo=${REPO:-${SLURM_SUBMIT_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}}
 venv=${VENV:-$repo/.venv}
 python=$venv/bin/python
+launcher=${LAUNCHER:-mpiexec}
 if [ -n "${SLURM_JOB_ID:-}" ]; then
-  launcher=${LAUNCHER:-srun}
   ranks=${RANKS:-${SLURM_NTASKS:-1}}
 else
-  launcher=${LAUNCHER:-mpiexec}
   ranks=${RANKS:-$(nproc)}
 fi
 out=${RESULTS:-$repo/results/${SLURM_JOB_ID:-$(date -u +%Y%m%dT%H%M%SZ)}}

@@ -99,14 +99,6 @@ def test_cpu_sweep_job(slurm, tmp_path):
     assert (results / "sweep.txt").read_text().count("# Out of bounds values : 0 OK") == 4
 
 
-def test_cpu_sweep_job_with_mpiexec_inside_the_allocation(slurm, tmp_path):
-    results = tmp_path / "cpu-mpiexec"
-    code, log = sbatch(slurm, "cpu-sweep.sbatch", results, "--ntasks=2", LAUNCHER="mpiexec",
-                       MIN_BYTES="1K", MAX_BYTES="1K", ITERS="2", WARMUP="1", ALGOS="ring,mpi")
-    assert code == 0, log[-4000:]
-    assert all(r["ranks"] == 2 for r in rows_of(results / "sweep.jsonl"))
-
-
 def test_full_pipeline_job(slurm, tmp_path):
     results = tmp_path / "pipeline"
     code, log = sbatch(slurm, "pipeline.sbatch", results, "--ntasks=2", MIN_BYTES="1K", MAX_BYTES="64K",

@@ -1,0 +1,191 @@
+"""``mpiexec -n 2 python -m bench.perf``: issue 6's performance targets, measured in one run.
+
+For each size: native ``MPI_Allreduce`` and each of our algorithms (``check=False``;
+the agreement check's extra cost is reported beside), repeated ``--repeats`` times,
+median kept; busbw, the ratio to native, and a single-process ``numpy.copyto`` of
+the same size (the physical reference). Also the 8-byte latency against native, the
+per-call Python overhead (our call on a one-rank communicator, where nothing
+moves, minus a bare copy), and whether steady-state calls allocate (tracemalloc).
+Writes ``results/perf-cpu.json`` and ``results/perf-cpu.md`` (rank 0, atomically).
+Run it with the malloc settings of DESIGN.md section 4 for a fair native baseline:
+``MALLOC_MMAP_THRESHOLD_=2147483648 MALLOC_TRIM_THRESHOLD_=8589934592``.
+"""
+
+import argparse
+import datetime
+import os
+import statistics
+import tracemalloc
+
+import numpy as np
+from mpi4py import MPI
+
+import algorithms
+from topology.files import write_json_atomically, write_text_atomically
+
+from .machine import describe
+from .sizes import parse_size, sweep
+
+ALGOS = ("ring", "tree", "ps")
+
+
+def timed(comm, call, iters, warmup, repeats):
+    """Median over ``repeats`` of the mean seconds per call (max over ranks of each repeat)."""
+    for _ in range(warmup):
+        call()
+    samples = []
+    for _ in range(repeats):
+        comm.Barrier()
+        start = MPI.Wtime()
+        for _ in range(iters):
+            call()
+        samples.append(comm.allreduce((MPI.Wtime() - start) / iters, op=MPI.MAX))
+    return statistics.median(samples)
+
+
+def iterations_for(nbytes):
+    return max(3, min(200, int(2e8 // max(nbytes, 1))))
+
+
+def copy_bandwidth(nbytes, repeats):
+    """GB/s of one process's ``numpy.copyto`` of ``nbytes`` (read + write counted once)."""
+    a = np.ones(nbytes // 4, np.float32)
+    b = np.empty_like(a)
+    iters = iterations_for(nbytes)
+    samples = []
+    for _ in range(repeats):
+        start = MPI.Wtime()
+        for _ in range(iters):
+            np.copyto(b, a)
+        samples.append((MPI.Wtime() - start) / iters)
+    return nbytes / statistics.median(samples) / 1e9
+
+
+def steady_state_allocation(comm, algorithm, count, calls=50):
+    """Bytes still allocated by Python after ``calls`` repeated calls on the same buffers."""
+    x = np.ones(count, np.float32)
+    y = np.empty_like(x)
+    for _ in range(5):
+        algorithms.allreduce(x, y, algorithm=algorithm, comm=comm, check=False)
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    for _ in range(calls):
+        algorithms.allreduce(x, y, algorithm=algorithm, comm=comm, check=False)
+    after = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    grown = sum(stat.size_diff for stat in after.compare_to(before, "filename") if stat.size_diff > 0)
+    return comm.allreduce(grown, op=MPI.MAX)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m bench.perf", description=__doc__.splitlines()[0])
+    p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("32K"))
+    p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("256M"))
+    p.add_argument("-f", "--stepfactor", type=int, default=4)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("-o", "--output", default="results/perf-cpu", help="FILE prefix (.json, .md)")
+    args = p.parse_args(argv)
+    comm = MPI.COMM_WORLD
+    n = comm.Get_size()
+    factor = 2 * (n - 1) / n if n > 1 else 0.0
+    rows = []
+    for nbytes in [8, *sweep(args.minbytes, args.maxbytes, args.stepfactor)]:
+        count = max(nbytes // 4, 1)
+        x = np.ones(count, np.float32)
+        y = np.empty_like(x)
+        iters = iterations_for(nbytes)
+        row = {"bytes": count * 4}
+        row["native_s"] = timed(comm, lambda: comm.Allreduce(x, y, op=MPI.SUM), iters, 3, args.repeats)
+        for algo in ALGOS:
+            row[f"{algo}_s"] = timed(comm, lambda: algorithms.allreduce(x, y, algorithm=algo, check=False),
+                                     iters, 3, args.repeats)
+        row["ring_checked_s"] = timed(comm, lambda: algorithms.allreduce(x, y, algorithm="ring"),
+                                      iters, 3, args.repeats)
+        row["copy_GBps"] = comm.bcast(copy_bandwidth(count * 4, args.repeats) if comm.Get_rank() == 0 else None)
+        for key in ("native", *ALGOS):
+            row[f"{key}_busbw"] = row["bytes"] / row[f"{key}_s"] / 1e9 * factor
+        rows.append(row)
+        if comm.Get_rank() == 0:
+            print({k: (round(v, 9) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+
+    one = MPI.COMM_SELF
+    tiny = np.ones(2, np.float32)
+    out = np.empty_like(tiny)
+    bare = timed(one, lambda: np.copyto(out, tiny), 2000, 100, args.repeats)
+    ours_self = timed(one, lambda: algorithms.allreduce(tiny, out, algorithm="ring", comm=one, check=False),
+                      2000, 100, args.repeats)
+    overhead = {"per_call_overhead_us": (ours_self - bare) * 1e6}
+    allocation = {a: steady_state_allocation(comm, a, 1 << 16) for a in ALGOS}
+
+    if comm.Get_rank() == 0:
+        data = {"benchmark": "perf-cpu", "date": datetime.datetime.now(datetime.timezone.utc)
+                .isoformat(timespec="seconds"), "machine": describe(), "ranks": n,
+                "oversubscribed": n > (os.cpu_count() or 1), "rows": rows, **overhead,
+                "steady_state_python_bytes": allocation}
+        data["targets"] = targets(data)
+        write_json_atomically(args.output + ".json", data)
+        write_text_atomically(args.output + ".md", markdown(data))
+        print(markdown(data))
+    return 0
+
+
+def targets(data):
+    """Issue 6's targets, each with the measured number and whether it holds."""
+    rows = {r["bytes"]: r for r in data["rows"]}
+    checks = []
+
+    def ratio_check(name, lo, hi, key, ref, bound):
+        sizes = [s for s in rows if lo <= s <= hi]
+        worst = min((rows[s][key] / rows[s][ref], s) for s in sizes) if sizes else (float("nan"), None)
+        checks.append({"target": name, "worst": round(worst[0], 3), "at_bytes": worst[1],
+                       "holds": bool(sizes) and worst[0] >= bound})
+
+    ratio_check("ring busbw >= 1.0x native, 256 KiB..256 MiB", 256 << 10, 256 << 20, "ring_busbw", "native_busbw", 1.0)
+    ratio_check("ring busbw >= 0.9x native, 32 KiB..256 KiB", 32 << 10, 256 << 10, "ring_busbw", "native_busbw", 0.9)
+    for s in rows:
+        rows[s]["copy_busbw_ratio"] = rows[s]["ring_busbw"] / rows[s]["copy_GBps"]
+    sizes = [s for s in rows if 16 << 20 <= s <= 256 << 20]
+    worst = min((rows[s]["copy_busbw_ratio"], s) for s in sizes) if sizes else (float("nan"), None)
+    checks.append({"target": "ring busbw >= 0.5x copy bandwidth, 16..256 MiB", "worst": round(worst[0], 3),
+                   "at_bytes": worst[1], "holds": bool(sizes) and worst[0] >= 0.5})
+    small = rows.get(8)
+    if small:
+        best = min(small[f"{a}_s"] for a in ALGOS)
+        checks.append({"target": "8-byte time of our best <= 3x native", "worst": round(best / small["native_s"], 3),
+                       "at_bytes": 8, "holds": best <= 3 * small["native_s"]})
+    checks.append({"target": "per-call Python overhead < 10 us", "worst": round(data["per_call_overhead_us"], 2),
+                   "at_bytes": 8, "holds": data["per_call_overhead_us"] < 10})
+    big = rows.get(64 << 20)
+    if big:
+        checks.append({"target": "tree busbw >= 0.8x ring at 64 MiB", "worst": round(big["tree_busbw"] / big["ring_busbw"], 3),
+                       "at_bytes": 64 << 20, "holds": big["tree_busbw"] >= 0.8 * big["ring_busbw"]})
+    grown = max(data["steady_state_python_bytes"].values())
+    checks.append({"target": "no steady-state allocation", "worst": grown, "at_bytes": 1 << 18, "holds": grown == 0})
+    return checks
+
+
+def markdown(data):
+    m = data["machine"]
+    lines = [f"# Performance, {data['ranks']} ranks{' (oversubscribed: reference only)' if data['oversubscribed'] else ''}",
+             "", f"{data['date']}, commit {m['commit']}, {m['cpu']} ({m['cores']} cores), {m['mpi'].split()[0]} "
+             f"{m['mpi'].split()[-1]}, malloc env: {m['env']}. float32 sum, out of place, median of repeats.", "",
+             "| bytes | native (us) | ring (us) | tree (us) | ps (us) | ring checked (us) | native busbw | ring busbw "
+             "| tree busbw | ps busbw | ring/native | copy GB/s | ring/copy |",
+             "|---:|" + "---:|" * 12]
+    for r in data["rows"]:
+        lines.append(f"| {r['bytes']} | {r['native_s']*1e6:.1f} | {r['ring_s']*1e6:.1f} | {r['tree_s']*1e6:.1f} | "
+                     f"{r['ps_s']*1e6:.1f} | {r['ring_checked_s']*1e6:.1f} | {r['native_busbw']:.2f} | "
+                     f"{r['ring_busbw']:.2f} | {r['tree_busbw']:.2f} | {r['ps_busbw']:.2f} | "
+                     f"{r['ring_busbw']/r['native_busbw']:.2f} | {r['copy_GBps']:.1f} | "
+                     f"{r['ring_busbw']/r['copy_GBps']:.2f} |")
+    lines += ["", f"Per-call Python overhead (8 B on a one-rank communicator, minus a bare copy): "
+              f"{data['per_call_overhead_us']:.2f} us. Python bytes left allocated after 50 steady-state calls: "
+              f"{data['steady_state_python_bytes']}.", "", "| target | measured (worst) | at bytes | holds |",
+              "|---|---:|---:|---|"]
+    for t in data["targets"]:
+        lines.append(f"| {t['target']} | {t['worst']} | {t['at_bytes']} | {'yes' if t['holds'] else '**no**'} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
