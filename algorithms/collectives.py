@@ -11,7 +11,7 @@ from mpi4py import MPI
 from . import ring
 from .agreement import agree
 from .arrays import array_module, check_vector, overlaps, same_memory
-from .executor import Collective, private_comm
+from .executor import private_comm
 from .ops import DTYPES, OPS, check_op_dtype, dtype_index, op_index
 from .plans import tree_for
 from .registry import ALGORITHMS
@@ -131,7 +131,8 @@ def _prepare(name, sendbuf, op, algorithm, comm, check, validate):
     comm = MPI.COMM_WORLD if comm is None else comm
     if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
         raise TypeError(f"{name}: comm must be an mpi4py intracommunicator, got {comm!r}")
-    comm = private_comm(comm)
+    private = private_comm(comm)
+    comm = private.comm
     rank, size = comm.Get_rank(), comm.Get_size()
     problem, result, count, plan = None, None, -1, None
     try:
@@ -154,7 +155,7 @@ def _prepare(name, sendbuf, op, algorithm, comm, check, validate):
         agree(comm, name, problem, fields, _describe)
     elif problem is not None:
         raise problem
-    return Collective(comm, array_module(result), op), result, plan
+    return private.collective(array_module(result), op), result, plan
 
 
 def _field(index):

@@ -53,35 +53,55 @@ WORKSPACE = Workspace()
 _PRIVATE_KEYVAL = None
 
 
+class Private:
+    """The private duplicate of a user's communicator, and the :class:`Collective` contexts
+    built on it (one per array module, op and transport), reused by every later call."""
+
+    __slots__ = ("comm", "contexts")
+
+    def __init__(self, comm):
+        self.comm = comm
+        self.contexts = {}
+
+    def collective(self, xp, op):
+        transport = choose_transport(xp)
+        key = (xp.__name__, op, transport)
+        context = self.contexts.get(key)
+        if context is None:
+            context = self.contexts[key] = Collective(self.comm, xp, op, transport)
+        return context
+
+
 def _free_private(comm, keyval, private):
     if not MPI.Is_finalized():
-        private.Free()
+        private.comm.Free()
 
 
 def private_comm(comm):
-    """A duplicate of ``comm`` cached on it as an attribute, so our messages never
-    match the caller's. Collective on the first call for each communicator."""
+    """A :class:`Private` holding a duplicate of ``comm``, cached on ``comm`` as an attribute,
+    so our messages never match the caller's. Collective on the first call for each communicator."""
     global _PRIVATE_KEYVAL
     if _PRIVATE_KEYVAL is None:
         _PRIVATE_KEYVAL = MPI.Comm.Create_keyval(delete_fn=_free_private)
     private = comm.Get_attr(_PRIVATE_KEYVAL)
     if private is None:
-        private = comm.Dup()
+        private = Private(comm.Dup())
         comm.Set_attr(_PRIVATE_KEYVAL, private)
     return private
 
 
 class Collective:
-    """Context of one collective call: who we are, how to move bytes, how to reduce."""
+    """Context of a collective: who we are, how to move bytes, how to reduce. Holds no
+    per-call state, so one context serves every call with the same module and op."""
 
-    def __init__(self, comm, xp, op=None):
+    def __init__(self, comm, xp, op=None, transport=None):
         self.comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self.xp = xp
         self.op = op
         self._ufunc = combiner(xp, op) if op is not None else None
-        self.transport = choose_transport(xp)(comm, xp, WORKSPACE)
+        self.transport = (transport or choose_transport(xp))(comm, xp, WORKSPACE)
         self.send = self.transport.send
         self.recv = self.transport.recv
         self.sendrecv = self.transport.sendrecv

@@ -11,11 +11,14 @@ r+1 and receives chunk (r-s-2) mod N from rank r-1, which it reduces into its
 own copy. Each rank moves 2(N-1)/N * M bytes; T ~ 2(N-1) alpha + 2(N-1)/N * M/beta.
 """
 
+import functools
 
+
+@functools.lru_cache(maxsize=256)
 def chunk_offsets(count, size):
-    """Offsets of the N = ``size`` chunks of a ``count``-element vector (length N+1)."""
+    """Offsets of the N = ``size`` chunks of a ``count``-element vector (length N+1, a tuple)."""
     base, extra = divmod(count, size)
-    return [i * base + min(i, extra) for i in range(size + 1)]
+    return tuple(i * base + min(i, extra) for i in range(size + 1))
 
 
 def reduce_scatter(coll, src, partial, result):

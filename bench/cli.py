@@ -16,6 +16,7 @@ import os
 import socket
 import sys
 import threading
+import time
 
 import numpy as np
 from mpi4py import MPI
@@ -131,18 +132,28 @@ def malloc_mode():
 
 
 class Watchdog:
-    """``-T``: abort every rank when one size runs longer than ``seconds`` (a hang, say)."""
+    """``-T``: abort every rank when one size runs longer than ``seconds`` (a hang, say).
+
+    Rank 0 says why and gives the launcher a moment to forward it before aborting; the
+    other ranks wait a little longer, so rank 0's message is the one that gets out."""
 
     def __init__(self, seconds):
         self.seconds = seconds
         self.timer = None
+        self.rank = MPI.COMM_WORLD.Get_rank()
 
     def arm(self, what):
         self.disarm()
         if self.seconds > 0:
             def fire():
-                sys.stderr.write(f"python -m bench: timeout: {what} ran over {self.seconds:g} s (-T); aborting\n")
-                sys.stderr.flush()
+                if self.rank == 0:
+                    message = f"python -m bench: timeout: {what} ran over {self.seconds:g} s (-T); aborting"
+                    print(f"# {message}", flush=True)
+                    sys.stderr.write(message + "\n")
+                    sys.stderr.flush()
+                    time.sleep(0.5)
+                else:
+                    time.sleep(2.0)
                 MPI.COMM_WORLD.Abort(3)
             self.timer = threading.Timer(self.seconds, fire)
             self.timer.daemon = True

@@ -81,7 +81,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench.perf", description=__doc__.splitlines()[0])
     p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("32K"))
     p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("256M"))
-    p.add_argument("-f", "--stepfactor", type=int, default=4)
+    p.add_argument("-f", "--stepfactor", type=int, default=2)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("-o", "--output", default="results/perf-cpu", help="FILE prefix (.json, .md)")
     args = p.parse_args(argv)

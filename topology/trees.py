@@ -25,6 +25,7 @@ class Tree:
     parent: list
     levels: list
     bottlenecks: list = field(default_factory=list, compare=False)
+    _children: list = field(default=None, compare=False, repr=False)
 
     @property
     def size(self):
@@ -64,7 +65,13 @@ class Tree:
 
     def children(self, rank):
         """Children of ``rank`` in the order they joined (earliest level first)."""
-        return [c for level in self.levels for p, c in level if p == rank]
+        if self._children is None:
+            table = [[] for _ in self.parent]
+            for level in self.levels:
+                for p, c in level:
+                    table[p].append(c)
+            self._children = table
+        return self._children[rank]
 
     def depth(self):
         """Number of levels (communication steps of each phase)."""
