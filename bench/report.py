@@ -28,13 +28,6 @@ TYPE_NAMES = {
 }
 
 
-def bus_factor(collective, ranks):
-    """busbw / algbw (nccl-tests' PERFORMANCE.md): all-reduce 2(n-1)/n; reduce-scatter and all-gather (n-1)/n."""
-    if ranks <= 1:
-        return 0.0
-    return (2.0 if collective == "allreduce" else 1.0) * (ranks - 1) / ranks
-
-
 def bandwidths(nbytes, seconds, factor):
     """(algbw, busbw) in GB/s (1e9 bytes)."""
     if seconds <= 0:

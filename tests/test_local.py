@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import algorithms
-from bench.report import bus_factor, footer, row
+from bench.collectives import COLLECTIVES
+from bench.report import footer, row
 from bench.sizes import parse_size, sweep
 from topology import Tree, binomial_tree
 
@@ -114,9 +115,10 @@ def test_sweep_like_nccl_tests():
 
 
 def test_bus_factor():
-    assert bus_factor("allreduce", 8) == pytest.approx(1.75)
-    assert bus_factor("allgather", 4) == pytest.approx(0.75)
-    assert bus_factor("allreduce", 1) == 0.0
+    assert COLLECTIVES["allreduce"].factor(8) == pytest.approx(1.75)
+    assert COLLECTIVES["allgather"].factor(4) == pytest.approx(0.75)
+    assert COLLECTIVES["reducescatter"].factor(4) == pytest.approx(0.75)
+    assert COLLECTIVES["allreduce"].factor(1) == 0.0
 
 
 def test_row_matches_nccl_tests_layout():
