@@ -26,6 +26,7 @@ class Tree:
     levels: list
     bottlenecks: list = field(default_factory=list, compare=False)
     _children: list = field(default=None, compare=False, repr=False)
+    _digest: int = field(default=None, compare=False, repr=False)
 
     @property
     def size(self):
@@ -78,8 +79,12 @@ class Tree:
         return len(self.levels)
 
     def digest(self):
-        """A 31-bit checksum of the tree, so ranks can check they run the same one."""
-        return zlib.crc32(repr((self.root, [list(level) for level in self.levels])).encode()) & 0x7FFFFFFF
+        """A 31-bit checksum of the tree, so ranks can check they run the same one
+        (computed once: the agreement check asks for it on every call)."""
+        if self._digest is None:
+            text = repr((self.root, [list(level) for level in self.levels]))
+            self._digest = zlib.crc32(text.encode()) & 0x7FFFFFFF
+        return self._digest
 
 
 def binomial_tree(size, root=0):
