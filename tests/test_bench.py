@@ -137,7 +137,8 @@ def test_aggregation_and_blocking_modes(tmp_path, flags):
 
 
 def test_timeout_aborts_a_size_that_runs_too_long(tmp_path):
-    proc, log = bench(2, "-b", "8M", "-e", "8M", "-n", "200", "-w", "0", "--algo", "ps", "-T", "0.2",
+    # 10^6 iterations of 8 MiB take minutes on any machine: only the watchdog can end this in time.
+    proc, log = bench(2, "-b", "8M", "-e", "8M", "-n", "1000000", "-w", "0", "--algo", "ps", "-T", "0.2",
                       tmp_path=tmp_path, timeout=120)
     assert proc.returncode != 0
     assert "timeout: ps float32 sum 8388608 B ran over 0.2 s (-T)" in proc.stderr
