@@ -135,8 +135,9 @@ def _prepare(name, sendbuf, op, algorithm, comm, check, validate):
     comm = private.comm
     rank, size = comm.Get_rank(), comm.Get_size()
     problem, result, count, plan = None, None, -1, None
+    xp = None
     try:
-        check_vector(sendbuf, "sendbuf")
+        xp = check_vector(sendbuf, "sendbuf")
         dtype_index(sendbuf.dtype)
         if op is not None:
             op_index(op)
@@ -155,7 +156,7 @@ def _prepare(name, sendbuf, op, algorithm, comm, check, validate):
         agree(comm, name, problem, fields, _describe)
     elif problem is not None:
         raise problem
-    return private.collective(array_module(result), op), result, plan
+    return private.collective(xp, op), result, plan
 
 
 def _field(index):

@@ -2,14 +2,14 @@
 
 An algorithm is a function ``run(coll, sendbuf, recvbuf)`` that leaves the
 reduced vector in ``recvbuf`` (``recvbuf is sendbuf`` when in place); it talks
-only through ``coll.send``/``coll.recv``/``coll.sendrecv`` and reduces only
+only through ``coll.send``/``recv``/``sendrecv``/``isend``/``irecv`` and reduces only
 through ``coll.combine``, so it works unchanged on NumPy and CuPy buffers.
 """
 
 import numpy as np
 from mpi4py import MPI
 
-from .arrays import copy_into, is_device, same_memory
+from .arrays import host_buffer, same_memory
 from .ops import combiner
 from .transport import choose_transport
 
@@ -24,7 +24,7 @@ class Workspace:
         self._buffers = {}
 
     def get(self, xp, dtype, count, slot):
-        key = (xp.__name__, np.dtype(dtype).str, slot)
+        key = (xp.__name__, dtype, slot)
         buf = self._buffers.get(key)
         if buf is None or buf.size < count:
             buf = self._buffers[key] = xp.empty(count, dtype)
@@ -35,13 +35,7 @@ class Workspace:
         key = ("host", xp.__name__, slot)
         buf = self._buffers.get(key)
         if buf is None or buf.size < nbytes:
-            if is_device(xp):
-                import cupyx
-
-                buf = cupyx.empty_pinned((nbytes,), np.uint8)
-            else:
-                buf = np.empty(nbytes, np.uint8)
-            self._buffers[key] = buf
+            buf = self._buffers[key] = host_buffer(xp, nbytes)
         return buf[:nbytes]
 
     def clear(self):
@@ -55,7 +49,7 @@ _PRIVATE_KEYVAL = None
 
 class Private:
     """The private duplicate of a user's communicator, and the :class:`Collective` contexts
-    built on it (one per array module, op and transport), reused by every later call."""
+    built on it (one per array module and op), reused by every later call."""
 
     __slots__ = ("comm", "contexts")
 
@@ -64,11 +58,12 @@ class Private:
         self.contexts = {}
 
     def collective(self, xp, op):
-        transport = choose_transport(xp)
-        key = (xp.__name__, op, transport)
+        """The context for module ``xp`` and ``op``; its transport is chosen (and the
+        ``ALLREDUCE_TRANSPORT`` variable read) when it is first needed on this communicator."""
+        key = (xp.__name__, op)
         context = self.contexts.get(key)
         if context is None:
-            context = self.contexts[key] = Collective(self.comm, xp, op, transport)
+            context = self.contexts[key] = Collective(self.comm, xp, op, choose_transport(xp))
         return context
 
 
@@ -105,6 +100,8 @@ class Collective:
         self.send = self.transport.send
         self.recv = self.transport.recv
         self.sendrecv = self.transport.sendrecv
+        self.isend = self.transport.isend
+        self.irecv = self.transport.irecv
 
     def scratch(self, dtype, count, slot="scratch"):
         """A reusable workspace vector of ``count`` elements."""
@@ -117,7 +114,7 @@ class Collective:
     def start_in(self, sendbuf, recvbuf):
         """Copy the input into the result buffer unless the call is in place."""
         if not same_memory(sendbuf, recvbuf):
-            copy_into(recvbuf, sendbuf)
+            self.xp.copyto(recvbuf, sendbuf)
 
     def finish(self, result):
         """Apply what the op needs after the reduction (``avg``: divide by the rank count)."""

@@ -1,22 +1,30 @@
 """Parameter server (seed 000 section 2): every rank sends its vector to the root,
 the root reduces the N-1 vectors it receives and sends the result back to each.
 
-The root moves 2(N-1)M bytes, so T ~ 2(N-1)(alpha + M/beta).
+The root moves 2(N-1)M bytes, so T ~ 2(N-1)(alpha + M/beta). Workers send in
+segments (:func:`layout.segment_offsets`), so the root needs one segment of workspace.
 """
+
+from .layout import segment_offsets
 
 ROOT = 0
 
 
 def allreduce(coll, sendbuf, recvbuf):
+    cuts = segment_offsets(sendbuf.size, sendbuf.itemsize)
     if coll.rank != ROOT:
-        coll.send(sendbuf, ROOT)
+        for k in range(len(cuts) - 1):
+            coll.send(sendbuf[cuts[k]:cuts[k + 1]], ROOT)
         coll.recv(recvbuf, ROOT)
         return
     coll.start_in(sendbuf, recvbuf)
-    incoming = coll.scratch(recvbuf.dtype, recvbuf.size, "ps-in")
-    workers = [rank for rank in range(coll.size) if rank != ROOT]
-    for source in workers:
-        coll.recv(incoming, source)
-        coll.combine(recvbuf, incoming)
+    incoming_all = coll.scratch(recvbuf.dtype, cuts[1], "ps-in")
+    workers = range(1, coll.size)
+    for k in range(len(cuts) - 1):
+        partial = recvbuf[cuts[k]:cuts[k + 1]]
+        incoming = incoming_all[: partial.size]
+        for source in workers:
+            coll.recv(incoming, source)
+            coll.combine(partial, incoming)
     for dest in workers:
         coll.send(recvbuf, dest)

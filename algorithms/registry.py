@@ -5,7 +5,7 @@ A function with a ``tree_method`` attribute also takes the ``topology.Tree`` to 
 built by that ``topology.build_tree`` method unless the caller passes one.
 """
 
-from . import ps, ring, tree
+from . import ps, recursive_doubling, ring, tree
 
 ALGORITHMS = {
     "ps": ps.allreduce,
@@ -13,4 +13,5 @@ ALGORITHMS = {
     "tree": tree.built_by("binomial"),
     "bamtree": tree.built_by("bam"),
     "kmtree": tree.built_by("km"),
+    "rd": recursive_doubling.allreduce,
 }

@@ -11,22 +11,19 @@ r+1 and receives chunk (r-s-2) mod N from rank r-1, which it reduces into its
 own copy. Each rank moves 2(N-1)/N * M bytes; T ~ 2(N-1) alpha + 2(N-1)/N * M/beta.
 """
 
-import functools
+from .layout import chunk_offsets, segment_offsets
 
-
-@functools.lru_cache(maxsize=256)
-def chunk_offsets(count, size):
-    """Offsets of the N = ``size`` chunks of a ``count``-element vector (length N+1, a tuple)."""
-    base, extra = divmod(count, size)
-    return tuple(i * base + min(i, extra) for i in range(size + 1))
+__all__ = ["chunk_offsets", "reduce_scatter", "all_gather", "allreduce"]
 
 
 def reduce_scatter(coll, src, partial, result):
     """Ring reduce-scatter of ``src`` (read only) into ``result`` (this rank's chunk).
 
     Intermediate partial sums go to their chunk's place in ``partial`` (a
-    full-length vector, which may be ``src`` itself when in place), or to a
-    one-chunk scratch buffer when ``partial`` is None.
+    full-length vector, which may be ``src`` itself when in place), or to two
+    one-chunk scratch buffers in turn when ``partial`` is None. Each step moves its chunk
+    in segments (:func:`segment_offsets` of the largest chunk, the same count for
+    every chunk), each reduced from a one-segment scratch buffer while still in cache.
     """
     n, rank = coll.size, coll.rank
     offsets = chunk_offsets(src.size, n)
@@ -34,21 +31,26 @@ def reduce_scatter(coll, src, partial, result):
         coll.start_in(src, result)
         return
     right, left = (rank + 1) % n, (rank - 1) % n
-    incoming_all = coll.scratch(src.dtype, offsets[1], "ring-in")  # chunk 0 is the largest
+    parts = len(segment_offsets(offsets[1], src.itemsize)) - 1
+    incoming_all = coll.scratch(src.dtype, -(-offsets[1] // parts), "ring-in")
     first = (rank - 1) % n
     outgoing = src[offsets[first]:offsets[first + 1]]
     for step in range(n - 1):
         c = (rank - step - 2) % n
         lo, hi = offsets[c], offsets[c + 1]
-        incoming = incoming_all[: hi - lo]
-        coll.sendrecv(outgoing, right, incoming, left)
         if step == n - 2:
             target = result
         elif partial is None:
-            target = coll.scratch(src.dtype, hi - lo, "ring-partial")
+            # two buffers in turn: this step writes its partial while still sending the last one
+            target = coll.scratch(src.dtype, hi - lo, f"ring-partial-{step % 2}")
         else:
             target = partial[lo:hi]
-        coll.combine(src[lo:hi], incoming, out=target)
+        out_cuts, in_cuts = chunk_offsets(outgoing.size, parts), chunk_offsets(hi - lo, parts)
+        for j in range(parts):
+            a, b = in_cuts[j], in_cuts[j + 1]
+            incoming = incoming_all[: b - a]
+            coll.sendrecv(outgoing[out_cuts[j]:out_cuts[j + 1]], right, incoming, left)
+            coll.combine(src[lo + a:lo + b], incoming, out=target[a:b])
         outgoing = target
 
 

@@ -9,7 +9,8 @@ included, and the reduction happens in the array module, never inside MPI.
 * :class:`StagedTransport` copies device buffers into host buffers (pinned
   for CuPy) around every MPI call, for MPI libraries that are not CUDA-aware.
 
-``ALLREDUCE_TRANSPORT=direct|staged`` overrides the choice, and
+``ALLREDUCE_TRANSPORT=direct|staged`` overrides the choice (read when a communicator
+is first used with an array module and op), and
 ``ALLREDUCE_CUDA_AWARE=0|1`` overrides the detection of CUDA-awareness.
 """
 
@@ -20,7 +21,7 @@ import os
 import numpy as np
 from mpi4py import MPI
 
-from .arrays import is_device, stream_synchronize
+from .arrays import host_buffer, is_device, stream_synchronize
 
 TAG = 7  # every collective runs on a private duplicate communicator, so one tag suffices
 
@@ -44,10 +45,6 @@ def mpi_is_cuda_aware():
     return False
 
 
-def _bytes(buf):
-    return [buf, MPI.BYTE]
-
-
 class DirectTransport:
     """MPI on the buffers themselves (host memory, or device memory with CUDA-aware MPI)."""
 
@@ -55,18 +52,29 @@ class DirectTransport:
         self.comm = comm
         self.xp = xp
         self.name = "cuda-aware" if is_device(xp) else "host"
+        self._settle = (lambda: stream_synchronize(xp)) if is_device(xp) else (lambda: None)
 
     def send(self, buf, dest):
-        stream_synchronize(self.xp)
-        self.comm.Send(_bytes(buf), dest, TAG)
+        self._settle()
+        self.comm.Send([buf, MPI.BYTE], dest, TAG)
 
     def recv(self, buf, source):
-        stream_synchronize(self.xp)
-        self.comm.Recv(_bytes(buf), source, TAG)
+        self._settle()
+        self.comm.Recv([buf, MPI.BYTE], source, TAG)
 
     def sendrecv(self, sendbuf, dest, recvbuf, source):
-        stream_synchronize(self.xp)
-        self.comm.Sendrecv(_bytes(sendbuf), dest, TAG, _bytes(recvbuf), source, TAG)
+        self._settle()
+        self.comm.Sendrecv([sendbuf, MPI.BYTE], dest, TAG, [recvbuf, MPI.BYTE], source, TAG)
+
+    def isend(self, buf, dest):
+        """Start sending ``buf``; the returned request's ``Wait()`` ends it (``buf`` untouched until then)."""
+        self._settle()
+        return self.comm.Isend([buf, MPI.BYTE], dest, TAG)
+
+    def irecv(self, buf, source):
+        """Start receiving into ``buf``; it holds the message once the request's ``Wait()`` returns."""
+        self._settle()
+        return self.comm.Irecv([buf, MPI.BYTE], source, TAG)
 
 
 class StagedTransport:
@@ -78,17 +86,14 @@ class StagedTransport:
         self.comm = comm
         self.xp = xp
         self.workspace = workspace
+        self._spare = []  # host buffers of finished nonblocking messages, reused by the next ones
 
     def _host(self, nbytes, slot):
         return self.workspace.host(self.xp, nbytes, slot)
 
     def _to_host(self, buf, slot):
         host = self._host(buf.nbytes, slot)
-        raw = buf.view(self.xp.uint8)
-        if is_device(self.xp):
-            raw.get(out=host)
-        else:
-            np.copyto(host, raw)
+        self._copy_out(buf, host)
         return host
 
     def _to_device(self, host, buf):
@@ -112,6 +117,59 @@ class StagedTransport:
         incoming = self._host(recvbuf.nbytes, "recv")
         self.comm.Sendrecv(outgoing, dest, TAG, incoming, source, TAG)
         self._to_device(incoming, recvbuf)
+
+    def _lend(self, nbytes):
+        """A host buffer of at least ``nbytes`` for one nonblocking message (reused once it ends)."""
+        host = self._spare.pop() if self._spare else None
+        if host is None or host.size < nbytes:
+            host = host_buffer(self.xp, nbytes)
+        return host
+
+    def isend(self, buf, dest):
+        """Copy ``buf`` to a host buffer of its own and start sending that; ``Wait()`` ends it."""
+        host = self._lend(buf.nbytes)
+        self._copy_out(buf, host)
+        return _Staged(self.comm.Isend(host[:buf.nbytes], dest, TAG), host, self._spare)
+
+    def irecv(self, buf, source):
+        """Receive into a host buffer of its own; ``Wait()`` copies it into ``buf``."""
+        host = self._lend(buf.nbytes)
+        request = self.comm.Irecv(host[:buf.nbytes], source, TAG)
+        return _Staged(request, host, self._spare, lambda: self._to_device(host[:buf.nbytes], buf))
+
+    def _copy_out(self, buf, host):
+        raw = buf.view(self.xp.uint8)
+        if is_device(self.xp):
+            raw.get(out=host[:buf.nbytes])
+        else:
+            np.copyto(host[:buf.nbytes], raw)
+
+
+class _Staged:
+    """A staged nonblocking message: waits for MPI, runs ``then`` (the copy to the device for
+    a receive), then returns its host buffer to the spares."""
+
+    __slots__ = ("request", "host", "spare", "then", "done")
+
+    def __init__(self, request, host, spare, then=None):
+        self.request, self.host, self.spare, self.then, self.done = request, host, spare, then, False
+
+    def Wait(self):
+        if not self.done:
+            self.request.Wait()
+            self._finish()
+
+    def Test(self):
+        """True once the message is complete (and, for a receive, copied into its buffer)."""
+        if not self.done and self.request.Test():
+            self._finish()
+        return self.done
+
+    def _finish(self):
+        self.done = True
+        if self.then is not None:
+            self.then()
+        self.spare.append(self.host)
 
 
 TRANSPORTS = {"direct": DirectTransport, "staged": StagedTransport}

@@ -1,30 +1,92 @@
-"""Tree all-reduce: reduce up a tree to its root, then broadcast back down.
+"""Tree all-reduce: reduce up a tree to its root, then broadcast back down, pipelined.
 
 The tree is data (:class:`topology.Tree`): the binomial tree for ``"tree"``,
 the bottleneck-matched tree for ``"bamtree"``, the Kuhn-Munkres tree for
-``"kmtree"``, or any tree the caller passes. Each rank
-receives from its children (latest level first) and reduces, sends to its
-parent, receives the result from it and forwards it to its children (earliest
-level first). Binomial: T ~ 2 ceil(log2 N)(alpha + M/beta); a matched tree:
-sum over levels of 2(alpha + M/beta_level).
+``"kmtree"``, or any tree the caller passes.
+
+The vector moves in segments (:func:`layout.segment_offsets`). For segment k a
+rank receives it from all its children at once (posted while segment k-1 was
+being reduced), reduces in a fixed order (latest level first), starts sending
+it to its parent, then receives segment k-1's result from the parent and starts
+forwarding it to its children. So segments flow up and down
+the tree at once, and T ~ sum over levels 2 alpha_level + (S + depth - 1)
+segment times instead of sum over levels 2(alpha + M/beta_level) unpipelined
+(S segments; a matched tree's slowest level sets the segment time).
+A leaf sends straight from the send buffer, so nothing is copied first.
 """
 
+from .layout import segment_offsets
+
+WINDOW = 3  # results a rank may await from its parent at once
 
 
 def allreduce(coll, sendbuf, recvbuf, tree):
     parent = tree.parent[coll.rank]
     children = tree.children(coll.rank)
-    coll.start_in(sendbuf, recvbuf)
-    if children:
-        incoming = coll.scratch(recvbuf.dtype, recvbuf.size, "tree-in")
-    for child in reversed(children):
-        coll.recv(incoming, child)
-        coll.combine(recvbuf, incoming)
+    if parent < 0 and not children:  # a one-rank tree
+        coll.start_in(sendbuf, recvbuf)
+        return
+    cuts = segment_offsets(recvbuf.size, recvbuf.itemsize)
+    segments = len(cuts) - 1
+    order = children[::-1]  # latest level first: the order of the reduction
+    if children:  # two sets of one-segment buffers, one per child: segment k+1 arrives while k is reduced
+        slots = [[coll.scratch(recvbuf.dtype, cuts[1], f"tree-in-{b}-{i}") for i in range(len(order))]
+                 for b in (0, 1)]
+        arriving = _receive(coll, order, slots[0], cuts[1] - cuts[0])
+    going_up = going_down = None
+    coming_down = []  # (segment, request): results from the parent not yet forwarded
+    for k in range(segments):
+        lo, hi = cuts[k], cuts[k + 1]
+        partial = recvbuf[lo:hi]
+        if children:
+            for request in arriving:
+                request.Wait()
+            if k + 1 < segments:
+                arriving = _receive(coll, order, slots[(k + 1) % 2], cuts[k + 2] - hi)
+            own = sendbuf[lo:hi]
+            for incoming in slots[k % 2]:
+                coll.combine(own, incoming[: hi - lo], out=partial)
+                own = partial
+        else:
+            partial = sendbuf[lo:hi]
+        if parent < 0:
+            going_down = _forward(coll, partial, children, going_down)
+            continue
+        sent = coll.isend(partial, parent)
+        if going_up is not None:  # segment k goes up before k-1 is awaited from above
+            going_up.Wait()  # its buffer may now receive the result
+            coming_down.append((k - 1, coll.irecv(recvbuf[cuts[k - 1]:lo], parent)))
+        going_up = sent
+        # forward what has come down; wait only when WINDOW results are in flight, so that
+        # sending segment k up never waits for the round trip of segment k-1
+        while coming_down and (len(coming_down) > WINDOW or coming_down[0][1].Test()):
+            going_down = _forward_arrived(coll, recvbuf, cuts, children, coming_down.pop(0), going_down)
     if parent >= 0:
-        coll.send(recvbuf, parent)
-        coll.recv(recvbuf, parent)
-    for child in children:
-        coll.send(recvbuf, child)
+        going_up.Wait()
+        coming_down.append((segments - 1, coll.irecv(recvbuf[cuts[-2]:cuts[-1]], parent)))
+        for pending in coming_down:
+            going_down = _forward_arrived(coll, recvbuf, cuts, children, pending, going_down)
+    for request in going_down or ():
+        request.Wait()
+
+
+def _receive(coll, order, buffers, count):
+    """Start receiving one segment of ``count`` elements from each child, all at once."""
+    return [coll.irecv(buf[:count], child) for child, buf in zip(order, buffers)]
+
+
+def _forward_arrived(coll, recvbuf, cuts, children, pending, going_down):
+    """Wait for a segment's result from the parent, then start forwarding it to the children."""
+    k, request = pending
+    request.Wait()
+    return _forward(coll, recvbuf[cuts[k]:cuts[k + 1]], children, going_down)
+
+
+def _forward(coll, result, children, going_down):
+    """Start sending ``result`` to every child, after the previous segment reached them."""
+    for request in going_down or ():
+        request.Wait()
+    return [coll.isend(result, child) for child in children] if children else None
 
 
 def built_by(method):

@@ -66,7 +66,7 @@ def parse_args(argv):
     p.add_argument("-I", "--per_iter_timing", type=int, default=0, choices=(0, 1))
     p.add_argument("-K", "--per_iter_skip", type=int, default=0)
     p.add_argument("--algo", default="all",
-                   help="comma list of ps,ring,tree,bamtree,kmtree,mpi,nccl or all "
+                   help="comma list of ps,ring,tree,bamtree,kmtree,rd,mpi,nccl or all "
                         "(bamtree and kmtree need --topology; nccl needs --device gpu)")
     p.add_argument("--collective", default="allreduce", choices=sorted(COLLECTIVES))
     p.add_argument("--device", default="cpu", choices=("cpu", "gpu"))

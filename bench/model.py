@@ -1,12 +1,19 @@
 """``python -m bench model``: the alpha-beta model of seed 000 for every algorithm.
 
 alpha is a message's start-up time, beta a link's bandwidth, M the bytes per rank:
-  ps        the root receives N-1 vectors, then sends N-1: sum over workers of
-            (alpha_r0 + M/beta_r0) + (alpha_0r + M/beta_0r) ~ 2(N-1)(alpha + M/beta)
+  ps        the workers stream their vectors to the root at once, in S segments, and the
+            root sends the result back to one worker after another:
+            max over workers (S alpha_w0 + M/beta_w0) + sum over workers (alpha_0w + M/beta_0w).
+            Behind one root link (the seed's setting) both halves serialise instead:
+            2(N-1)(alpha + M/beta); the links here are independent, as in a probe matrix.
   ring      2(N-1) steps, each as slow as the slowest ring link:
             2(N-1)(alpha_max + M/(N beta_min)) ~ 2(N-1)alpha + 2(N-1)/N M/beta
-  tree      (binomial), bamtree, kmtree: per level the slowest pair, up and down:
-            sum over levels 2(alpha_level + M/beta_level)
+  tree      (binomial), bamtree, kmtree, pipelined in S = ceil(M / segment) segments of
+            s = M/S bytes (``algorithms.layout``): t_l = alpha_l + s/beta_l for level l's
+            slowest pair; fill the pipeline up and down, then one segment per t_max:
+            2 sum over levels t_l + (S-1) max_l t_l  (S = 1: sum over levels 2(alpha + M/beta))
+  rd        recursive doubling: per step the slowest pair exchanging M, log2 p steps
+            (p the largest power of two <= N), plus the fold in and out when N > p
 With a probe file, alpha and beta are per link (beta of a tree edge is its slower
 direction); without one, ``--alpha-us`` and ``--beta-GBps`` describe uniform links.
 """
@@ -17,12 +24,13 @@ import sys
 
 import numpy as np
 
+from algorithms.layout import SEGMENT_BYTES
 from topology import BandwidthMatrix, build_tree, uniform
 
 from .results import read_results
 from .sizes import parse_size, sweep
 
-ALGORITHMS = ("ps", "ring", "tree", "bamtree", "kmtree")
+ALGORITHMS = ("ps", "ring", "tree", "bamtree", "kmtree", "rd")
 _TREE_METHODS = {"tree": "binomial", "bamtree": "bam", "kmtree": "km"}
 
 
@@ -41,19 +49,42 @@ class Model:
         if n == 1:
             return 0.0
         if algorithm == "ps":
-            workers = range(1, n)
-            return sum(self.alpha[r, 0] + m / self.beta[r, 0] + self.alpha[0, r] + m / self.beta[0, r]
-                       for r in workers)
+            segments = max(1, math.ceil(m / SEGMENT_BYTES))
+            up = max(segments * self.alpha[w, 0] + m / self.beta[w, 0] for w in range(1, n))
+            return up + sum(self._link(0, w, m) for w in range(1, n))
         if algorithm == "ring":
             links = [(r, (r + 1) % n) for r in range(n)]
             alpha = max(self.alpha[i, j] for i, j in links)
             beta = min(self.beta[i, j] for i, j in links)
             return 2 * (n - 1) * (alpha + m / (n * beta))
-        tree = self.tree(algorithm)
+        if algorithm == "rd":
+            return self._recursive_doubling(m)
+        return self._pipelined_tree(self.tree(algorithm), m)
+
+    def _link(self, i, j, m):
+        """Seconds to move ``m`` bytes from rank i to rank j."""
+        return self.alpha[i, j] + m / self.beta[i, j]
+
+    def _pipelined_tree(self, tree, m):
+        segments = max(1, math.ceil(m / SEGMENT_BYTES))
+        s = m / segments
+        levels = [max(max(self._link(c, p, s), self._link(p, c, s)) for p, c in level) for level in tree.levels]
+        return 2 * sum(levels) + (segments - 1) * max(levels)
+
+    def _recursive_doubling(self, m):
+        n = self.n
+        p = 1 << (n.bit_length() - 1)
+        extra = n - p
+        real = [2 * v + 1 if v < extra else v + extra for v in range(p)]
         total = 0.0
-        for level in tree.levels:
-            total += 2 * max(max(self.alpha[p, c], self.alpha[c, p]) +
-                             m / min(self.beta[p, c], self.beta[c, p]) for p, c in level)
+        if extra:
+            total += max(self._link(2 * i, 2 * i + 1, m) for i in range(extra))
+            total += max(self._link(2 * i + 1, 2 * i, m) for i in range(extra))
+        mask = 1
+        while mask < p:
+            total += max(max(self._link(real[v], real[v ^ mask], m), self._link(real[v ^ mask], real[v], m))
+                         for v in range(p))
+            mask <<= 1
         return total
 
     def tree(self, algorithm):

@@ -1,5 +1,6 @@
 """The benchmark driver and its tools, run for real (under mpiexec where it takes ranks)."""
 
+import math
 import json
 import os
 import re
@@ -54,11 +55,11 @@ def test_sweep_every_algorithm_read_by_a_superbench_style_parser(tmp_path):
     proc, log = bench(2, "-b", "8", "-e", "64K", "-f", "8", "-n", "3", "-w", "1", "-o", "all",
                       "-d", "int32", "--algo", "all", "-J", str(out), tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert algorithms_in(proc.stdout) == ["ps", "ring", "tree", "bamtree", "kmtree", "mpi"]
+    assert algorithms_in(proc.stdout) == ["ps", "ring", "tree", "bamtree", "kmtree", "rd", "mpi"]
     assert "# Topology: probed 2 ranks in 1 rounds" in proc.stdout  # no --topology: probe first
     assert len(list(tmp_path.glob("probe-*-2r.json"))) == 1
     tables = superbench_parse(proc.stdout)
-    assert len(tables) == 6
+    assert len(tables) == 7
     for table in tables:
         assert table["oob"] == 0 and len(table["rows"]) == 5 * 4  # 5 sizes x 4 ops (no avg for ints)
         busbw = [r["oop"]["busbw"] for r in table["rows"]] + [r["ip"]["busbw"] for r in table["rows"]]
@@ -67,9 +68,9 @@ def test_sweep_every_algorithm_read_by_a_superbench_style_parser(tmp_path):
             assert int(r["size"]) == 4 * int(r["count"]) and r["type"] == "int32" and r["root"] == "-1"
             assert r["oop"]["#wrong"] == 0 and r["ip"]["#wrong"] == 0 and r["oop"]["time"] > 0
     document = json.loads(out.read_text())
-    assert len(document["results"]) == 120 and document["out_of_bounds"] == {"count": 0, "okay": "true"}
+    assert len(document["results"]) == 140 and document["out_of_bounds"] == {"count": 0, "okay": "true"}
     lines = [json.loads(line) for line in log.read_text().splitlines()]
-    assert len(lines) == 120 and {l["algorithm"] for l in lines} == {"ps", "ring", "tree", "bamtree", "kmtree", "mpi"}
+    assert len(lines) == 140 and {l["algorithm"] for l in lines} == {"ps", "ring", "tree", "bamtree", "kmtree", "rd", "mpi"}
     assert all(l["malloc"] == "glibc defaults" for l in lines)
     assert all(l["ranks"] == 2 and l["mpi"].startswith("MPICH") and l["commit"] for l in lines)
 
@@ -123,7 +124,7 @@ def test_matched_trees_from_a_probe(tmp_path):
     proc, _ = bench(3, "-b", "1K", "-e", "64K", "-f", "8", "-n", "2", "-w", "1", "--algo", "all",
                     "--topology", str(topo), tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert algorithms_in(proc.stdout) == ["ps", "ring", "tree", "bamtree", "kmtree", "mpi"]
+    assert algorithms_in(proc.stdout) == ["ps", "ring", "tree", "bamtree", "kmtree", "rd", "mpi"]
     assert all(t["oob"] == 0 and len(t["rows"]) == 3 for t in superbench_parse(proc.stdout))
 
 
@@ -168,7 +169,7 @@ BAD = [
     (["-b", "12Q"], "argument -b/--minbytes: invalid parse_size value: '12Q'"),
     (["-b", "1M", "-e", "1K"], "max bytes 1024 is below min bytes 1048576"),
     (["-b", "6", "-e", "6", "-d", "float"], "size 6 is not a multiple of 4 bytes (float32)"),
-    (["--algo", "ring,butterfly"], "unknown --algo butterfly for allreduce; choices: ps,ring,tree,bamtree,kmtree,mpi,nccl,all"),
+    (["--algo", "ring,butterfly"], "unknown --algo butterfly for allreduce; choices: ps,ring,tree,bamtree,kmtree,rd,mpi,nccl,all"),
     (["--algo", "nccl"], "--algo nccl needs --device gpu"),
     (["--collective", "allgather", "--algo", "tree"], "unknown --algo tree for allgather; choices: ring,mpi,nccl,all"),
     (["-I", "1", "-K", "20"], "-K 20 skips every one of the 20 iterations"),
@@ -228,6 +229,7 @@ def test_compare_unreadable_log(tmp_path):
 
 
 def test_model_reproduces_the_seed_and_reads_a_probe(tmp_path):
+    from algorithms.layout import SEGMENT_BYTES
     from bench.model import Model, ring_seed_check
     from topology import seed_example, uniform
 
@@ -236,11 +238,17 @@ def test_model_reproduces_the_seed_and_reads_a_probe(tmp_path):
     assert latency_term == pytest.approx(0.14e-3)
     model = Model(uniform(8, 400, 10))
     assert model.time("ring", 14e9) == pytest.approx(0.06125 + 0.14e-3)
-    assert model.time("ps", 14e9) == pytest.approx(2 * 7 * (10e-6 + 14e9 / 400e9))
-    assert model.time("tree", 14e9) == pytest.approx(2 * 3 * (10e-6 + 14e9 / 400e9))
+    segments = math.ceil(14e9 / SEGMENT_BYTES)  # workers stream at once, the root answers one by one
+    assert model.time("ps", 14e9) == pytest.approx(segments * 10e-6 + 14e9 / 400e9 + 7 * (10e-6 + 14e9 / 400e9))
+    assert model.time("tree", 1e5) == pytest.approx(2 * 3 * (10e-6 + 1e5 / 400e9))  # one segment
+    # pipelined: fill 2 x 3 levels, then a segment per step
+    assert model.time("tree", 14e9) == pytest.approx((segments + 2 * 3 - 1) * (10e-6 + 14e9 / segments / 400e9))
+    assert model.time("rd", 14e9) == pytest.approx(3 * (10e-6 + 14e9 / 400e9))
+    assert Model(uniform(6, 400, 10)).time("rd", 1e6) == pytest.approx((2 + 2) * (10e-6 + 1e6 / 400e9))
     seed = Model(seed_example())
     assert seed.time("bamtree", 1e9) < seed.time("kmtree", 1e9)  # BAM's slowest link 4 beats KM's 3
     cross = model.crossover("ring", "tree")
+    assert cross is not None
     assert model.time("ring", cross) <= model.time("tree", cross) and model.time("ring", cross // 2) > model.time("tree", cross // 2)
     path = tmp_path / "seed.json"
     seed_example().save(path)

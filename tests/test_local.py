@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+from mpi4py import MPI
 
 import algorithms
 from bench.collectives import COLLECTIVES
@@ -92,8 +93,12 @@ def test_not_cuda_aware_here_and_override(monkeypatch):
 
 def test_unknown_transport_is_refused(monkeypatch):
     monkeypatch.setenv("ALLREDUCE_TRANSPORT", "carrier-pigeon")
-    with pytest.raises(ValueError, match="ALLREDUCE_TRANSPORT='carrier-pigeon' is not one of auto, direct, staged"):
-        algorithms.allreduce(np.ones(3))
+    comm = MPI.COMM_SELF.Dup()  # the variable is read on a communicator's first use
+    try:
+        with pytest.raises(ValueError, match="ALLREDUCE_TRANSPORT='carrier-pigeon' is not one of auto, direct, staged"):
+            algorithms.allreduce(np.ones(3), comm=comm)
+    finally:
+        comm.Free()
 
 
 def test_parse_size():

@@ -36,5 +36,7 @@ def test_bad_input_suite(ranks, tmp_path):
 
 
 def test_staged_transport_suite(tmp_path):
-    """The staged (host-copy) transport that CuPy uses without CUDA-aware MPI, exercised on NumPy."""
-    run_suite(3, "tests/mpi/test_correctness.py", tmp_path, timeout=300, env={"ALLREDUCE_TRANSPORT": "staged"})
+    """The staged (host-copy) transport that CuPy uses without CUDA-aware MPI, exercised on NumPy,
+    with 64 KiB segments so that long vectors take many pipelined (staged isend) messages."""
+    run_suite(3, "tests/mpi/test_correctness.py", tmp_path, timeout=300,
+              env={"ALLREDUCE_TRANSPORT": "staged", "ALLREDUCE_SEGMENT_BYTES": "65536"})

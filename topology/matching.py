@@ -18,9 +18,6 @@ All three accept |U| > |V|: they swap the roles of U and V, match, and swap back
 """
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import maximum_bipartite_matching
 
 
 def _weights(W):
@@ -48,6 +45,9 @@ def bottleneck_matching(W):
 
 
 def _bam(w):
+    from scipy.sparse import csr_matrix  # imported on first use: SciPy costs ~50 MB of memory
+    from scipy.sparse.csgraph import maximum_bipartite_matching
+
     n_rows, n_cols = w.shape
     edges = int(np.count_nonzero(w > 0))
     if edges == 0:
@@ -137,6 +137,8 @@ def max_weight_matching(W):
 
 
 def _km(w):
+    from scipy.optimize import linear_sum_assignment
+
     link = w > 0
     if not link.any():
         return []

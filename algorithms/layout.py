@@ -1,0 +1,42 @@
+"""How vectors are cut: into N chunks (one per rank) and into pipeline segments.
+
+Both use the same rule, so sender and receiver always agree on the pieces:
+``count`` elements in ``parts`` contiguous pieces whose sizes differ by at most
+one, the larger first (pieces are empty when ``count < parts``).
+
+Segments bound what one message carries, so that a received piece is reduced
+while it is still in cache and trees can pipeline. ``ALLREDUCE_SEGMENT_BYTES``
+(default 1 MiB, read at import) sets the largest segment.
+"""
+
+import functools
+import os
+
+
+def _segment_bytes():
+    raw = os.environ.get("ALLREDUCE_SEGMENT_BYTES", str(1 << 20))
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ValueError(f"ALLREDUCE_SEGMENT_BYTES={raw!r} must be a positive number of bytes")
+    return value
+
+
+SEGMENT_BYTES = _segment_bytes()
+
+
+@functools.lru_cache(maxsize=256)
+def chunk_offsets(count, parts):
+    """Offsets of ``parts`` pieces of a ``count``-element vector (a tuple of length parts+1)."""
+    base, extra = divmod(count, parts)
+    return tuple(i * base + min(i, extra) for i in range(parts + 1))
+
+
+@functools.lru_cache(maxsize=256)
+def segment_offsets(count, itemsize):
+    """Offsets of the pipeline segments of a ``count``-element vector: as few as keep each
+    within ``SEGMENT_BYTES``, at least one."""
+    parts = max(1, -(-count * itemsize // SEGMENT_BYTES))
+    return chunk_offsets(count, parts)

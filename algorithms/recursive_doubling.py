@@ -1,0 +1,54 @@
+"""Recursive doubling (Thakur, Rabenseifner & Gropp 2005; MPICH's short-message all-reduce).
+
+At step k rank r exchanges its whole partial result with rank r XOR 2^k and
+combines: after log2 N steps every rank holds the total. When N is not a power
+of two, with p the largest power of two below N and e = N - p, the first 2e
+ranks pair up first: each even one hands its vector to the odd one above it and
+sits out, and gets the result back at the end. One message per step instead of
+ring's 2(N-1), so it wins where alpha dominates:
+T ~ ceil(log2 N)(alpha + M/beta) (+ 2(alpha + M/beta) when N is not a power of two).
+
+Partners always compute (lower rank's partial) op (higher rank's partial), so
+every rank ends with bit-identical results. Vectors move in segments
+(:func:`layout.segment_offsets`), so the workspace is one segment.
+"""
+
+from .layout import segment_offsets
+
+
+def allreduce(coll, sendbuf, recvbuf):
+    n, rank = coll.size, coll.rank
+    coll.start_in(sendbuf, recvbuf)
+    if n == 1:
+        return
+    p = 1 << (n.bit_length() - 1)
+    extra = n - p
+    cuts = segment_offsets(recvbuf.size, recvbuf.itemsize)
+    incoming_all = coll.scratch(recvbuf.dtype, cuts[1], "rd-in")
+    if rank < 2 * extra:
+        if rank % 2 == 0:
+            for k in range(len(cuts) - 1):
+                coll.send(recvbuf[cuts[k]:cuts[k + 1]], rank + 1)
+            coll.recv(recvbuf, rank + 1)
+            return
+        for k in range(len(cuts) - 1):
+            mine, theirs = recvbuf[cuts[k]:cuts[k + 1]], incoming_all[: cuts[k + 1] - cuts[k]]
+            coll.recv(theirs, rank - 1)
+            coll.combine(theirs, mine, out=mine)
+        virtual = rank // 2
+    else:
+        virtual = rank - extra
+    mask = 1
+    while mask < p:
+        other = virtual ^ mask
+        partner = 2 * other + 1 if other < extra else other + extra
+        for k in range(len(cuts) - 1):
+            mine, theirs = recvbuf[cuts[k]:cuts[k + 1]], incoming_all[: cuts[k + 1] - cuts[k]]
+            coll.sendrecv(mine, partner, theirs, partner)
+            if partner < rank:
+                coll.combine(theirs, mine, out=mine)
+            else:
+                coll.combine(mine, theirs)
+        mask <<= 1
+    if rank < 2 * extra:
+        coll.send(recvbuf, rank - 1)
