@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT
 
 JOBS = ROOT / "jobs"
-SCRIPTS = sorted([*JOBS.glob("*.sh"), *JOBS.glob("slurm/*.sbatch"), *JOBS.glob("cluster/*.sh")])
+SCRIPTS = sorted([*JOBS.glob("*.sh"), *JOBS.glob("slurm/*.sbatch"), *JOBS.glob("cluster/*.sh"), *JOBS.glob("lab/*.sh")])
 VENV = Path(sys.executable).parent.parent  # the venv these tests run in
 IN_CI = os.environ.get("CI") == "true"
 

@@ -29,7 +29,6 @@ STATE_DIR = "/run/allreduce-lab"
 DEFAULT_TAG = "arlab"
 DEFAULT_SUBNET = "10.231.47.0/24"
 _UNSHAPED = "10gbit"
-QUEUE_PACKETS = int(os.environ.get("LAB_QUEUE", "0"))
 
 
 class LabError(RuntimeError):
@@ -198,8 +197,6 @@ def _shaping(lab, i):
             continue
         rate = f"{lab.rates[i, j]:g}mbit"
         lines.append(f"class add dev {dev} parent 1: classid {lab.class_id(j)} htb rate {rate} ceil {rate}")
-        if QUEUE_PACKETS:
-            lines.append(f"qdisc add dev {dev} parent {lab.class_id(j)} handle {j + 16:x}: pfifo limit {QUEUE_PACKETS}")
         lines.append(f"filter add dev {dev} parent 1: protocol ip prio 1 u32 match ip dst "
                      f"{lab.addresses[j]}/32 flowid {lab.class_id(j)}")
     return "\n".join(lines) + "\n"
