@@ -8,7 +8,8 @@ per-call Python overhead (our call on a one-rank communicator, where nothing
 moves, minus a bare copy), whether steady-state calls allocate (tracemalloc), and
 each rank's peak memory (VmHWM, measured first) against send + receive + one chunk
 of workspace + 64 MiB of interpreter.
-Writes ``results/perf-cpu.json`` and ``results/perf-cpu.md`` (rank 0, atomically).
+Writes ``results/perf-cpu.json`` and ``results/perf-cpu.md`` (rank 0, atomically); the
+Markdown ends with ``results/perf-cpu-notes.md`` when it exists (the analysis of the misses).
 Run it with the malloc settings of DESIGN.md section 4 for a fair native baseline:
 ``MALLOC_MMAP_THRESHOLD_=2147483648 MALLOC_TRIM_THRESHOLD_=8589934592``.
 """
@@ -161,8 +162,13 @@ def main(argv=None):
                 "steady_state_python_bytes": allocation, "peak_memory": memory}
         data["targets"] = targets(data)
         write_json_atomically(args.output + ".json", data)
-        write_text_atomically(args.output + ".md", markdown(data))
-        print(markdown(data))
+        text = markdown(data)
+        notes = args.output + "-notes.md"  # hand-written: the profile behind each missed target
+        if os.path.exists(notes):
+            with open(notes) as f:
+                text += "\n" + f.read()
+        write_text_atomically(args.output + ".md", text)
+        print(text)
     return 0
 
 
