@@ -107,19 +107,23 @@ def all_gather(sendbuf, recvbuf=None, *, comm=None, check=True):
 
 
 def _result_buffer(sendbuf, recvbuf, count):
-    """Check ``recvbuf`` against the (already checked) ``sendbuf``; return the result buffer."""
+    """Check ``recvbuf`` against the (already checked) ``sendbuf``; return the result buffer
+    (``sendbuf`` itself when ``recvbuf`` is None or the same memory: in place)."""
     xp = array_module(sendbuf)
-    if recvbuf is None or same_memory(recvbuf, sendbuf):
+    if recvbuf is None or recvbuf is sendbuf:
         check_vector(sendbuf, "sendbuf", writable=True)
         return sendbuf
     if check_vector(recvbuf, "recvbuf", writable=True) is not xp:
         raise TypeError("sendbuf and recvbuf must both be NumPy arrays or both CuPy arrays")
+    if overlaps(recvbuf, sendbuf):
+        if same_memory(recvbuf, sendbuf):
+            check_vector(sendbuf, "sendbuf", writable=True)
+            return sendbuf
+        raise ValueError("sendbuf and recvbuf overlap without being the same buffer")
     if recvbuf.dtype != sendbuf.dtype:
         raise TypeError(f"recvbuf dtype {recvbuf.dtype} differs from sendbuf dtype {sendbuf.dtype}")
     if recvbuf.size != count:
         raise ValueError(f"recvbuf has {recvbuf.size} elements, expected {count}")
-    if overlaps(recvbuf, sendbuf):
-        raise ValueError("sendbuf and recvbuf overlap without being the same buffer")
     return recvbuf
 
 

@@ -43,7 +43,10 @@ def allreduce(coll, sendbuf, recvbuf):
         other = virtual ^ mask
         partner = 2 * other + 1 if other < extra else other + extra
         for k in range(len(cuts) - 1):
-            mine, theirs = recvbuf[cuts[k]:cuts[k + 1]], incoming_all[: cuts[k + 1] - cuts[k]]
+            if len(cuts) == 2:  # one segment: no views to make
+                mine, theirs = recvbuf, incoming_all
+            else:
+                mine, theirs = recvbuf[cuts[k]:cuts[k + 1]], incoming_all[: cuts[k + 1] - cuts[k]]
             coll.sendrecv(mine, partner, theirs, partner)
             if partner < rank:
                 coll.combine(theirs, mine, out=mine)

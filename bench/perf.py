@@ -16,6 +16,7 @@ Run it with the malloc settings of DESIGN.md section 4 for a fair native baselin
 
 import argparse
 import datetime
+import functools
 import os
 import statistics
 import tracemalloc
@@ -33,18 +34,22 @@ ALGOS = ("ring", "tree", "ps", "rd")
 MIB = 1 << 20
 
 
-def timed(comm, call, iters, warmup, repeats):
-    """Median over ``repeats`` of the mean seconds per call (max over ranks of each repeat)."""
-    for _ in range(warmup):
-        call()
-    samples = []
-    for _ in range(repeats):
-        comm.Barrier()
-        start = MPI.Wtime()
-        for _ in range(iters):
+def timed(comm, calls, iters, warmup, repeats):
+    """Median over ``repeats`` of the mean seconds per call (max over ranks), for each of
+    ``calls`` (name -> function). The candidates take turns within every repeat, so a noisy
+    moment of a shared machine falls on all of them alike."""
+    for call in calls.values():
+        for _ in range(warmup):
             call()
-        samples.append(comm.allreduce((MPI.Wtime() - start) / iters, op=MPI.MAX))
-    return statistics.median(samples)
+    samples = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, call in calls.items():
+            comm.Barrier()
+            start = MPI.Wtime()
+            for _ in range(iters):
+                call()
+            samples[name].append(comm.allreduce((MPI.Wtime() - start) / iters, op=MPI.MAX))
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def iterations_for(nbytes):
@@ -119,7 +124,7 @@ def main(argv=None):
     p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("32K"))
     p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("256M"))
     p.add_argument("-f", "--stepfactor", type=int, default=2)
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=7)
     p.add_argument("-o", "--output", default="results/perf-cpu", help="FILE prefix (.json, .md)")
     args = p.parse_args(argv)
     comm = MPI.COMM_WORLD
@@ -133,12 +138,11 @@ def main(argv=None):
         y = np.empty_like(x)
         iters = iterations_for(nbytes)
         row = {"bytes": count * 4}
-        row["native_s"] = timed(comm, lambda: comm.Allreduce(x, y, op=MPI.SUM), iters, 3, args.repeats)
+        calls = {"native": lambda: comm.Allreduce(x, y, op=MPI.SUM)}
         for algo in ALGOS:
-            row[f"{algo}_s"] = timed(comm, lambda: algorithms.allreduce(x, y, algorithm=algo, check=False),
-                                     iters, 3, args.repeats)
-        row["ring_checked_s"] = timed(comm, lambda: algorithms.allreduce(x, y, algorithm="ring"),
-                                      iters, 3, args.repeats)
+            calls[algo] = functools.partial(algorithms.allreduce, x, y, algorithm=algo, check=False)
+        calls["ring_checked"] = lambda: algorithms.allreduce(x, y, algorithm="ring")
+        row.update({f"{name}_s": seconds for name, seconds in timed(comm, calls, iters, 3, args.repeats).items()})
         row["copy_GBps"] = comm.bcast(copy_bandwidth(count * 4, args.repeats) if comm.Get_rank() == 0 else None)
         for key in ("native", *ALGOS):
             row[f"{key}_busbw"] = row["bytes"] / row[f"{key}_s"] / 1e9 * factor
@@ -149,9 +153,10 @@ def main(argv=None):
     one = MPI.COMM_SELF
     tiny = np.ones(2, np.float32)
     out = np.empty_like(tiny)
-    bare = timed(one, lambda: np.copyto(out, tiny), 2000, 100, args.repeats)
-    ours_self = timed(one, lambda: algorithms.allreduce(tiny, out, algorithm="ring", comm=one, check=False),
-                      2000, 100, args.repeats)
+    self_times = timed(one, {"bare": lambda: np.copyto(out, tiny),
+                             "ours": lambda: algorithms.allreduce(tiny, out, algorithm="ring", comm=one, check=False)},
+                       2000, 100, args.repeats)
+    bare, ours_self = self_times["bare"], self_times["ours"]
     overhead = {"per_call_overhead_us": (ours_self - bare) * 1e6}
     allocation = {a: steady_state_allocation(comm, a, 1 << 16) for a in ALGOS}
 
