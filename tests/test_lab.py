@@ -52,7 +52,7 @@ def test_names_fit_linux_interface_names():
 @needs_lab
 def test_the_small_lab_finds_the_links_and_the_matched_tree_wins(tmp_path):
     """K = 4 (the seed's 2x2 example in a level), one size: probe accuracy, HTB counters,
-    correct results, and BAM (bottleneck 400 Mbit/s) ahead of KM (300) and binomial (100)."""
+    correct results, and BAM (bottleneck 200 Mbit/s) ahead of KM (150) and binomial (50)."""
     tag = f"t{os.getpid() % 100000}"
     proc = lab_cli("run", "--only", "seed4", "--sizes", "8M", "--out", str(tmp_path), tag=tag)
     assert leftovers(tag) == []

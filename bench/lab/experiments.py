@@ -31,20 +31,21 @@ MIB = 1 << 20
 PROBE_BYTES = 8 * MIB
 PROBE_REPS, PROBE_WARMUP = 5, 1
 PROBE_TOLERANCE = 0.10
-ITERS, WARMUP = 4, 2  # bench -n, -w
+ITERS, WARMUP = 3, 1  # bench -n, -w
 MODEL_TOLERANCE = 0.25
 
-# The seed's example (seed 001) with ranks ordered A, a, B, b and 1 GB/s = 100 Mbit/s: from
-# root A the first level takes B (1000), then the 2x2 example: BAM picks A-a, B-b (500, 400),
-# KM picks A-b, B-a (700 + 300, the larger sum), and the binomial tree's fixed pairs (A-a, then
-# A-B and a-b) run over the 100 Mbit/s link.
-_SEED = seed_example().bandwidth[np.ix_([0, 2, 1, 3], [0, 2, 1, 3])] * 100
+# The seed's example (seed 001) with ranks ordered A, a, B, b and 1 GB/s = 50 Mbit/s: from
+# root A the first level takes B (500), then the 2x2 example: BAM picks A-a, B-b (250, 200),
+# KM picks A-b, B-a (350 + 150, the larger sum), and the binomial tree's fixed pairs (A-a, then
+# A-B and a-b) run over the 50 Mbit/s link. (At 100 Mbit/s per GB/s, the 700 and 1000 Mbit/s
+# links measured up to 14% low: four busy-polling ranks on two cores starve the TCP stack.)
+_SEED = seed_example().bandwidth[np.ix_([0, 2, 1, 3], [0, 2, 1, 3])] * 50
 
 
 def topologies():
     """name -> (description, K x K rates in Mbit/s, sizes in bytes)."""
     return {
-        "seed4": ("the seed's 2x2 example embedded in the second level (K = 4)", _SEED, [8 * MIB, 32 * MIB]),
+        "seed4": ("the seed's 2x2 example embedded in the second level (K = 4)", _SEED, [8 * MIB, 16 * MIB]),
         "het8": ("random heterogeneous links, 100-400 Mbit/s, seed 199 (K = 8)",
                  random_heterogeneous(8, 100, 400, seed=199).bandwidth, [8 * MIB]),
     }
@@ -108,7 +109,7 @@ def run_topology(name, description, rates, sizes, workdir, tag, owner=None, algo
         htb = htb_check(lab, lab.class_bytes() - before, (PROBE_REPS + PROBE_WARMUP) * PROBE_BYTES)
         probed = BandwidthMatrix.load(probe_file, ranks=lab.k)
         results_file = os.path.join(workdir, f"{name}-bench.json")
-        _in_lab(lab, ["-m", "bench", "-b", str(min(sizes)), "-e", str(max(sizes)), "-f", "4", "-n", str(ITERS), "-w", str(WARMUP),
+        _in_lab(lab, ["-m", "bench", "-b", str(min(sizes)), "-e", str(max(sizes)), "-f", "2", "-n", str(ITERS), "-w", str(WARMUP),
                       "-c", "1", "--algo", ",".join(algos), "--topology", probe_file, "-J", results_file,
                       "--log", "none", "--quiet"], timeout=600)
         rows = read_results(results_file)

@@ -176,6 +176,8 @@ def up(rates_mbit, tag=DEFAULT_TAG, subnet=DEFAULT_SUBNET, owner=None):
             _run(["ip", "link", "set", host, "up"])
             commands = ["link set lo up", f"link set {inner} up", f"addr add {lab.addresses[i]}/{prefix} dev {inner}"]
             _run(["ip", "-n", ns, "-batch", "-"], stdin="\n".join(commands) + "\n")
+            # a pipelined collective leaves a link idle between segments: keep TCP's window then
+            _run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.tcp_slow_start_after_idle=0"])
             _run(["ip", "netns", "exec", ns, "tc", "-batch", "-"], stdin=_shaping(lab, i))
         return lab
     except BaseException:
