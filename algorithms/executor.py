@@ -6,7 +6,6 @@ only through ``coll.send``/``recv``/``sendrecv``/``isend``/``irecv`` and reduces
 through ``coll.combine``, so it works unchanged on NumPy and CuPy buffers.
 """
 
-import numpy as np
 from mpi4py import MPI
 
 from .arrays import host_buffer, same_memory

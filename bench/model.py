@@ -22,7 +22,6 @@ import argparse
 import math
 import sys
 
-import numpy as np
 
 from algorithms.layout import SEGMENT_BYTES
 from topology import BandwidthMatrix, build_tree, uniform

@@ -124,11 +124,11 @@ def run_topology(name, description, rates, sizes, workdir, tag, owner=None, algo
                      "busbw_GBps": row["out_of_place"]["bus_bw"], "in_place_time_us": row["in_place"]["time"],
                      "predicted_us": round(predicted, 1), "model_error": round(predicted / measured - 1, 4),
                      "wrong": row["out_of_place"]["nwrong"] or 0})
+    links, trees = probe_accuracy(lab, probed), tree_summary(probed)
     return {"name": name, "description": description, "ranks": lab.k, "rates_mbit": lab.rates.tolist(),
             "goodput_factor": network.GOODPUT, "probe": {"bytes": PROBE_BYTES, "reps": PROBE_REPS,
                                                           "warmup": PROBE_WARMUP, "matrix": probed.to_json()},
-            "links": probe_accuracy(lab, probed), "htb": htb, "trees": tree_summary(probed), "runs": runs,
-            "targets": targets(probe_accuracy(lab, probed), tree_summary(probed), runs)}
+            "links": links, "htb": htb, "trees": trees, "runs": runs, "targets": targets(links, trees, runs)}
 
 
 def targets(links, trees, runs):
