@@ -3,7 +3,8 @@
 * ``allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None)``
   with ``algorithm`` one of ``ALGORITHMS``: ``"ps"`` (parameter server),
   ``"ring"`` (reduce-scatter + all-gather), ``"tree"`` (binomial, or any
-  ``topology.Tree`` passed as ``tree=``).
+  ``topology.Tree`` passed as ``tree=``), ``"bamtree"``/``"kmtree"`` (trees
+  matched from link bandwidths, ``bandwidth=``) and ``"rd"`` (recursive doubling).
 * ``reduce_scatter`` and ``all_gather``: the two halves of the ring, on their
   own; chunk layout from ``chunk_offsets``.
 """
