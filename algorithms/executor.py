@@ -88,14 +88,14 @@ class Collective:
     """Context of a collective: who we are, how to move bytes, how to reduce. Holds no
     per-call state, so one context serves every call with the same module and op."""
 
-    def __init__(self, comm, xp, op=None, transport=None):
+    def __init__(self, comm, xp, op, transport):
         self.comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self.xp = xp
         self.op = op
         self._ufunc = combiner(xp, op) if op is not None else None
-        self.transport = (transport or choose_transport(xp))(comm, xp, WORKSPACE)
+        self.transport = transport(comm, xp, WORKSPACE)
         self.send = self.transport.send
         self.recv = self.transport.recv
         self.sendrecv = self.transport.sendrecv

@@ -31,8 +31,7 @@ def allreduce(coll, sendbuf, recvbuf):
                 coll.send(recvbuf[cuts[k]:cuts[k + 1]], rank + 1)
             coll.recv(recvbuf, rank + 1)
             return
-        for k in range(len(cuts) - 1):
-            mine, theirs = recvbuf[cuts[k]:cuts[k + 1]], incoming_all[: cuts[k + 1] - cuts[k]]
+        for mine, theirs in _pieces(recvbuf, incoming_all, cuts):
             coll.recv(theirs, rank - 1)
             coll.combine(theirs, mine, out=mine)
         virtual = rank // 2
@@ -42,11 +41,7 @@ def allreduce(coll, sendbuf, recvbuf):
     while mask < p:
         other = virtual ^ mask
         partner = 2 * other + 1 if other < extra else other + extra
-        for k in range(len(cuts) - 1):
-            if len(cuts) == 2:  # one segment: no views to make
-                mine, theirs = recvbuf, incoming_all
-            else:
-                mine, theirs = recvbuf[cuts[k]:cuts[k + 1]], incoming_all[: cuts[k + 1] - cuts[k]]
+        for mine, theirs in _pieces(recvbuf, incoming_all, cuts):
             coll.sendrecv(mine, partner, theirs, partner)
             if partner < rank:
                 coll.combine(theirs, mine, out=mine)
@@ -55,3 +50,11 @@ def allreduce(coll, sendbuf, recvbuf):
         mask <<= 1
     if rank < 2 * extra:
         coll.send(recvbuf, rank - 1)
+
+
+def _pieces(recvbuf, incoming_all, cuts):
+    """Each segment of ``recvbuf`` with the scratch view of the same length it is combined with
+    (the whole buffers, without making views, when there is one segment)."""
+    if len(cuts) == 2:
+        return ((recvbuf, incoming_all),)
+    return ((recvbuf[lo:hi], incoming_all[: hi - lo]) for lo, hi in zip(cuts, cuts[1:]))
