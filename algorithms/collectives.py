@@ -136,8 +136,7 @@ def _prepare(name, sendbuf, op, algorithm, comm, check, validate):
     if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
         raise TypeError(f"{name}: comm must be an mpi4py intracommunicator, got {comm!r}")
     private = private_comm(comm)
-    comm = private.comm
-    rank, size = comm.Get_rank(), comm.Get_size()
+    comm, rank, size = private.comm, private.rank, private.size
     problem, result, count, plan = None, None, -1, None
     xp = None
     try:

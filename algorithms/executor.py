@@ -3,14 +3,38 @@
 An algorithm is a function ``run(coll, sendbuf, recvbuf)`` that leaves the
 reduced vector in ``recvbuf`` (``recvbuf is sendbuf`` when in place); it talks
 only through ``coll.send``/``recv``/``sendrecv``/``isend``/``irecv`` and reduces only
-through ``coll.combine``, so it works unchanged on NumPy and CuPy buffers.
+through ``coll.combine`` (or ``coll.sendrecv_combine``, both at once), so it works unchanged on NumPy and CuPy buffers.
 """
+
+import os
 
 from mpi4py import MPI
 
-from .arrays import host_buffer, same_memory
+from .arrays import host_buffer, is_device, same_memory
 from .ops import combiner
-from .transport import choose_transport
+from .shared_memory import SharedMemoryTransport
+from .transport import DirectTransport, StagedTransport, mpi_is_cuda_aware
+
+TRANSPORTS = {"direct": DirectTransport, "staged": StagedTransport, "shm": SharedMemoryTransport}
+
+
+def choose_transport(xp):
+    """The transport class for buffers of module ``xp``.
+
+    Host buffers go through the node's shared memory (and MPI between nodes); device
+    buffers go straight to a CUDA-aware MPI, or are staged through host memory.
+    ``ALLREDUCE_TRANSPORT=direct|staged|shm`` overrides the choice.
+    """
+    forced = os.environ.get("ALLREDUCE_TRANSPORT", "auto").strip().lower()
+    if forced in TRANSPORTS:
+        return TRANSPORTS[forced]
+    if forced != "auto":
+        raise ValueError(
+            f"ALLREDUCE_TRANSPORT={forced!r} is not one of auto, {', '.join(TRANSPORTS)}"
+        )
+    if not is_device(xp):
+        return SharedMemoryTransport
+    return DirectTransport if mpi_is_cuda_aware() else StagedTransport
 
 
 class Workspace:
@@ -47,40 +71,67 @@ _PRIVATE_KEYVAL = None
 
 
 class Private:
-    """The private duplicate of a user's communicator, and the :class:`Collective` contexts
-    built on it (one per array module and op), reused by every later call."""
+    """The private duplicate of a user's communicator, and what is built on it once and
+    reused by every later call: one transport per array module, one :class:`Collective`
+    context per module and op, and shared resources such as the node's shared window."""
 
-    __slots__ = ("comm", "contexts")
+    __slots__ = ("comm", "rank", "size", "contexts", "transports", "resources")
 
     def __init__(self, comm):
         self.comm = comm
+        self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.contexts = {}
+        self.transports = {}
+        self.resources = {}
 
     def collective(self, xp, op):
-        """The context for module ``xp`` and ``op``; its transport is chosen (and the
-        ``ALLREDUCE_TRANSPORT`` variable read) when it is first needed on this communicator."""
+        """The context for module ``xp`` and ``op``; the transport is chosen (and the
+        ``ALLREDUCE_TRANSPORT`` variable read) when ``xp`` is first used on this communicator.
+        Called by every rank at once (it may build a shared window: collective)."""
         key = (xp.__name__, op)
         context = self.contexts.get(key)
         if context is None:
-            context = self.contexts[key] = Collective(self.comm, xp, op, choose_transport(xp))
+            transport = self.transports.get(xp.__name__)
+            if transport is None:
+                transport = self.transports[xp.__name__] = choose_transport(xp)(self, xp, WORKSPACE)
+            context = self.contexts[key] = Collective(self.comm, xp, op, transport)
         return context
+
+    def resource(self, name, build):
+        """``build(comm)``, made once per communicator (collective) and freed with it."""
+        value = self.resources.get(name)
+        if value is None:
+            value = self.resources[name] = build(self.comm)
+        return value
+
+    def free(self):
+        for value in self.resources.values():
+            value.free()
+        self.comm.Free()
+
+
+_LAST = [None, None]  # (user communicator, its Private): most calls reuse the last one
 
 
 def _free_private(comm, keyval, private):
+    _LAST[:] = [None, None]
     if not MPI.Is_finalized():
-        private.comm.Free()
+        private.free()
 
 
 def private_comm(comm):
     """A :class:`Private` holding a duplicate of ``comm``, cached on ``comm`` as an attribute,
     so our messages never match the caller's. Collective on the first call for each communicator."""
     global _PRIVATE_KEYVAL
+    if comm is _LAST[0]:
+        return _LAST[1]
     if _PRIVATE_KEYVAL is None:
         _PRIVATE_KEYVAL = MPI.Comm.Create_keyval(delete_fn=_free_private)
     private = comm.Get_attr(_PRIVATE_KEYVAL)
     if private is None:
         private = Private(comm.Dup())
         comm.Set_attr(_PRIVATE_KEYVAL, private)
+    _LAST[:] = [comm, private]
     return private
 
 
@@ -95,12 +146,25 @@ class Collective:
         self.xp = xp
         self.op = op
         self._ufunc = combiner(xp, op) if op is not None else None
-        self.transport = transport(comm, xp, WORKSPACE)
+        self.transport = transport
         self.send = self.transport.send
         self.recv = self.transport.recv
         self.sendrecv = self.transport.sendrecv
         self.isend = self.transport.isend
         self.irecv = self.transport.irecv
+        reducing = getattr(transport, "sendrecv_combine", None)
+        self._sendrecv_combine = reducing or self._combine_from_scratch
+
+    def sendrecv_combine(self, sendbuf, dest, acc, source, out):
+        """Send ``sendbuf`` to ``dest`` while receiving a vector like ``acc`` from ``source``;
+        ``out = acc (op) received``. A shared-memory transport reduces straight from the
+        message, others receive into scratch first. ``out`` must not overlap ``sendbuf``."""
+        self._sendrecv_combine(sendbuf, dest, acc, source, out, self.combine)
+
+    def _combine_from_scratch(self, sendbuf, dest, acc, source, out, combine):
+        incoming = self.scratch(acc.dtype, acc.size, "combine-in")
+        self.sendrecv(sendbuf, dest, incoming, source)
+        combine(acc, incoming, out)
 
     def scratch(self, dtype, count, slot="scratch"):
         """A reusable workspace vector of ``count`` elements."""

@@ -23,7 +23,7 @@ def reduce_scatter(coll, src, partial, result):
     full-length vector, which may be ``src`` itself when in place), or to two
     one-chunk scratch buffers in turn when ``partial`` is None. Each step moves its chunk
     in segments (:func:`segment_offsets` of the largest chunk, the same count for
-    every chunk), each reduced from a one-segment scratch buffer while still in cache.
+    every chunk), each reduced as it arrives (:meth:`Collective.sendrecv_combine`).
     """
     n, rank = coll.size, coll.rank
     offsets = chunk_offsets(src.size, n)
@@ -32,7 +32,6 @@ def reduce_scatter(coll, src, partial, result):
         return
     right, left = (rank + 1) % n, (rank - 1) % n
     parts = len(segment_offsets(offsets[1], src.itemsize)) - 1
-    incoming_all = coll.scratch(src.dtype, -(-offsets[1] // parts), "ring-in")
     first = (rank - 1) % n
     outgoing = src[offsets[first]:offsets[first + 1]]
     for step in range(n - 1):
@@ -45,12 +44,14 @@ def reduce_scatter(coll, src, partial, result):
             target = coll.scratch(src.dtype, hi - lo, f"ring-partial-{step % 2}")
         else:
             target = partial[lo:hi]
-        out_cuts, in_cuts = chunk_offsets(outgoing.size, parts), chunk_offsets(hi - lo, parts)
-        for j in range(parts):
-            a, b = in_cuts[j], in_cuts[j + 1]
-            incoming = incoming_all[: b - a]
-            coll.sendrecv(outgoing[out_cuts[j]:out_cuts[j + 1]], right, incoming, left)
-            coll.combine(src[lo + a:lo + b], incoming, out=target[a:b])
+        if parts == 1:
+            coll.sendrecv_combine(outgoing, right, src[lo:hi], left, target)
+        else:
+            out_cuts, in_cuts = chunk_offsets(outgoing.size, parts), chunk_offsets(hi - lo, parts)
+            for j in range(parts):
+                a, b = in_cuts[j], in_cuts[j + 1]
+                coll.sendrecv_combine(outgoing[out_cuts[j]:out_cuts[j + 1]], right,
+                                      src[lo + a:lo + b], left, target[a:b])
         outgoing = target
 
 

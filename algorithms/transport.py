@@ -1,4 +1,4 @@
-"""Point-to-point transport for the collectives: direct or staged through host memory.
+"""Point-to-point transport through MPI: direct, or staged through host memory.
 
 Every message travels as raw bytes (``MPI.BYTE``), so any dtype works, float16
 included, and the reduction happens in the array module, never inside MPI.
@@ -9,9 +9,9 @@ included, and the reduction happens in the array module, never inside MPI.
 * :class:`StagedTransport` copies device buffers into host buffers (pinned
   for CuPy) around every MPI call, for MPI libraries that are not CUDA-aware.
 
-``ALLREDUCE_TRANSPORT=direct|staged`` overrides the choice (read when a communicator
-is first used with an array module and op), and
-``ALLREDUCE_CUDA_AWARE=0|1`` overrides the detection of CUDA-awareness.
+The shared-memory transport for host buffers is in :mod:`.shared_memory`;
+:func:`executor.choose_transport` picks one. ``ALLREDUCE_CUDA_AWARE=0|1``
+overrides the detection of CUDA-awareness.
 """
 
 import ctypes
@@ -48,8 +48,8 @@ def mpi_is_cuda_aware():
 class DirectTransport:
     """MPI on the buffers themselves (host memory, or device memory with CUDA-aware MPI)."""
 
-    def __init__(self, comm, xp, workspace):
-        self.comm = comm
+    def __init__(self, private, xp, workspace):
+        self.comm = private.comm
         self.xp = xp
         self.name = "cuda-aware" if is_device(xp) else "host"
         self._settle = (lambda: stream_synchronize(xp)) if is_device(xp) else (lambda: None)
@@ -82,8 +82,8 @@ class StagedTransport:
 
     name = "staged"
 
-    def __init__(self, comm, xp, workspace):
-        self.comm = comm
+    def __init__(self, private, xp, workspace):
+        self.comm = private.comm
         self.xp = xp
         self.workspace = workspace
         self._spare = []  # host buffers of finished nonblocking messages, reused by the next ones
@@ -170,20 +170,3 @@ class _Staged:
         if self.then is not None:
             self.then()
         self.spare.append(self.host)
-
-
-TRANSPORTS = {"direct": DirectTransport, "staged": StagedTransport}
-
-
-def choose_transport(xp):
-    """The transport class for buffers of module ``xp`` (see the module docstring)."""
-    forced = os.environ.get("ALLREDUCE_TRANSPORT", "auto").strip().lower()
-    if forced in TRANSPORTS:
-        return TRANSPORTS[forced]
-    if forced != "auto":
-        raise ValueError(
-            f"ALLREDUCE_TRANSPORT={forced!r} is not one of auto, {', '.join(TRANSPORTS)}"
-        )
-    if is_device(xp) and not mpi_is_cuda_aware():
-        return StagedTransport
-    return DirectTransport

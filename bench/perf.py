@@ -3,7 +3,8 @@
 For each size: native ``MPI_Allreduce`` and each of our algorithms (``check=False``;
 the agreement check's extra cost is reported beside), repeated ``--repeats`` times,
 median kept; busbw, the ratio to native, and a single-process ``numpy.copyto`` of
-the same size (the physical reference). Also the 8-byte latency against native, the
+the same size (the physical reference; beside it the same copy by every rank at once,
+which shares the caches and memory bus as the all-reduce's ranks do). Also the 8-byte latency against native, the
 per-call Python overhead (our call on a one-rank communicator, where nothing
 moves, minus a bare copy), whether steady-state calls allocate (tracemalloc), and
 each rank's peak memory (VmHWM, measured first) against send + receive + one chunk
@@ -56,17 +57,22 @@ def iterations_for(nbytes):
     return max(3, min(2000, int(2e8 // max(nbytes, 1))))
 
 
-def copy_bandwidth(nbytes, repeats):
-    """GB/s of one process's ``numpy.copyto`` of ``nbytes`` (read + write counted once)."""
+def copy_bandwidth(nbytes, repeats, comm=None):
+    """GB/s of one process's ``numpy.copyto`` of ``nbytes`` (read + write counted once).
+    With ``comm``, every rank of it copies at once (each its own buffers), as the ranks of
+    an all-reduce do, and the slowest rank's bandwidth is returned."""
     a = np.ones(nbytes // 4, np.float32)
     b = np.empty_like(a)
     iters = iterations_for(nbytes)
     samples = []
     for _ in range(repeats):
+        if comm is not None:
+            comm.Barrier()
         start = MPI.Wtime()
         for _ in range(iters):
             np.copyto(b, a)
-        samples.append((MPI.Wtime() - start) / iters)
+        seconds = (MPI.Wtime() - start) / iters
+        samples.append(seconds if comm is None else comm.allreduce(seconds, op=MPI.MAX))
     return nbytes / statistics.median(samples) / 1e9
 
 
@@ -144,6 +150,7 @@ def main(argv=None):
         calls["ring_checked"] = lambda: algorithms.allreduce(x, y, algorithm="ring")
         row.update({f"{name}_s": seconds for name, seconds in timed(comm, calls, iters, 3, args.repeats).items()})
         row["copy_GBps"] = comm.bcast(copy_bandwidth(count * 4, args.repeats) if comm.Get_rank() == 0 else None)
+        row["copy_all_ranks_GBps"] = copy_bandwidth(count * 4, args.repeats, comm)
         for key in ("native", *ALGOS):
             row[f"{key}_busbw"] = row["bytes"] / row[f"{key}_s"] / 1e9 * factor
         rows.append(row)
@@ -228,13 +235,14 @@ def markdown(data):
              f"{m['mpi'].split()[-1]}, malloc env: {m['env']}. float32 sum, out of place, check=False, "
              "median of repeats; busbw in GB/s.", "",
              "| bytes | " + " | ".join(f"{c} (us)" for c in columns) + " | ring checked (us) | "
-             + " | ".join(f"{c} busbw" for c in columns) + " | ring/native | tree/ring | copy GB/s | ring/copy |",
-             "|---:|" + "---:|" * (2 * len(columns) + 5)]
+             + " | ".join(f"{c} busbw" for c in columns) + " | ring/native | tree/ring | copy GB/s | ring/copy | copy, all ranks at once GB/s | ring/that |",
+             "|---:|" + "---:|" * (2 * len(columns) + 7)]
     for r in data["rows"]:
         cells = [str(r["bytes"]), *(f"{r[f'{c}_s'] * 1e6:.1f}" for c in columns), f"{r['ring_checked_s'] * 1e6:.1f}",
                  *(f"{r[f'{c}_busbw']:.2f}" for c in columns), f"{r['ring_busbw'] / r['native_busbw']:.2f}",
                  f"{r['tree_busbw'] / r['ring_busbw']:.2f}", f"{r['copy_GBps']:.1f}",
-                 f"{r['ring_busbw'] / r['copy_GBps']:.2f}"]
+                 f"{r['ring_busbw'] / r['copy_GBps']:.2f}", f"{r['copy_all_ranks_GBps']:.1f}",
+                 f"{r['ring_busbw'] / r['copy_all_ranks_GBps']:.2f}"]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", f"Per-call Python overhead (8 B on a one-rank communicator, minus a bare copy): "
               f"{data['per_call_overhead_us']:.2f} us. Steady state over 50 calls on 256 KiB "

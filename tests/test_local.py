@@ -95,7 +95,7 @@ def test_unknown_transport_is_refused(monkeypatch):
     monkeypatch.setenv("ALLREDUCE_TRANSPORT", "carrier-pigeon")
     comm = MPI.COMM_SELF.Dup()  # the variable is read on a communicator's first use
     try:
-        with pytest.raises(ValueError, match="ALLREDUCE_TRANSPORT='carrier-pigeon' is not one of auto, direct, staged"):
+        with pytest.raises(ValueError, match="ALLREDUCE_TRANSPORT='carrier-pigeon' is not one of auto, direct, staged, shm"):
             algorithms.allreduce(np.ones(3), comm=comm)
     finally:
         comm.Free()

@@ -40,3 +40,23 @@ def test_staged_transport_suite(tmp_path):
     with 64 KiB segments so that long vectors take many pipelined (staged isend) messages."""
     run_suite(3, "tests/mpi/test_correctness.py", tmp_path, timeout=300,
               env={"ALLREDUCE_TRANSPORT": "staged", "ALLREDUCE_SEGMENT_BYTES": "65536"})
+
+
+def test_direct_transport_suite(tmp_path):
+    """Plain MPI point-to-point, which host buffers use between nodes (and device buffers with
+    a CUDA-aware MPI); on one node the shared-memory transport is the default."""
+    run_suite(3, "tests/mpi/test_correctness.py", tmp_path, timeout=300, env={"ALLREDUCE_TRANSPORT": "direct"})
+
+
+def test_shared_memory_transport_suite_with_small_slots(tmp_path):
+    """The shared-memory transport with 4 KiB slots and 16 KiB segments, so messages take
+    several pieces and wait for free slots, and messages under 64 B or over 64 KiB (the
+    parameter server's results) go through MPI in between."""
+    run_suite(3, "tests/mpi/test_correctness.py", tmp_path, timeout=300,
+              env={"ALLREDUCE_SHM_SLOT_BYTES": "4096", "ALLREDUCE_SHM_MIN_BYTES": "64",
+                   "ALLREDUCE_SHM_MAX_BYTES": "65536", "ALLREDUCE_SEGMENT_BYTES": "16384"})
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3, 5])
+def test_shared_memory_transport_on_its_own(ranks, tmp_path):
+    run_suite(ranks, "tests/mpi/test_transport.py", tmp_path, timeout=120)

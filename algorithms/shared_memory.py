@@ -1,0 +1,385 @@
+"""Shared-memory transport: ranks on one node pass messages through an MPI shared window.
+
+The ranks of a node allocate one window together (``MPI_Win_allocate_shared``).
+Rank i's part of it holds, for every other rank j of the node, ``SLOTS`` slots of
+``SLOT_BYTES`` through which i sends to j, a counter of the pieces i has posted
+to j and a counter of the pieces i has consumed from j (one writer per counter,
+each on its own cache line). A message is cut into pieces of at most
+``SLOT_BYTES``: the sender copies piece p into slot p mod SLOTS once the receiver
+has consumed piece p - SLOTS, then bumps its posted counter; the receiver waits
+for that counter, copies the piece out and bumps its consumed counter.
+``MPI_Win_sync`` orders the data and the counters (the MPI-3 shared-memory model,
+MPI 4.1 section 12.7).
+
+That is MPICH's intranode eager protocol without MPI's matching, request objects
+and handshakes, which dominate below a few hundred KiB. Larger messages
+(over ``ALLREDUCE_SHM_MAX_BYTES``, default 1 MiB) and messages to ranks on other
+nodes go through MPI, nonblocking, where MPICH copies large messages once,
+straight from the sender's memory (CMA).
+
+As with MPI messages on one communicator and tag, the messages from one rank to
+another arrive in the order they were sent, and a receive must name the size of
+its send (ours always do; a mismatch raises). Sends are buffered: they complete
+once copied into the window. Every wait makes progress on every pending message
+of this transport, so programs that are correct under MPI's rules do not deadlock.
+"""
+
+import os
+
+import numpy as np
+from mpi4py import MPI
+
+from .transport import DirectTransport
+
+
+def _env_bytes(name, default):
+    raw = os.environ.get(name, str(default))
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ValueError(f"{name}={raw!r} must be a positive number of bytes")
+    return value
+
+
+SLOTS = 4
+LINE = 64  # bytes per counter: one cache line each
+SPINS_BEFORE_YIELD = 64  # idle polls before a wait gives its core away (oversubscribed runs)
+
+
+class Mailboxes:
+    """The node's shared window and this rank's views of it (see the module docstring)."""
+
+    def __init__(self, comm):
+        self.slot_bytes = _env_bytes("ALLREDUCE_SHM_SLOT_BYTES", 256 << 10)
+        if self.slot_bytes % LINE:
+            raise ValueError(f"ALLREDUCE_SHM_SLOT_BYTES={self.slot_bytes} must be a multiple of {LINE}")
+        node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        members = MPI.Group.Translate_ranks(node.Get_group(), list(range(node.Get_size())),
+                                            comm.Get_group())
+        self.local = {rank: i for i, rank in enumerate(members)}  # comm rank -> node rank
+        self.me = node.Get_rank()
+        size = node.Get_size()
+        header = _round_up(2 * size * LINE + 2 * 8 * size * SLOTS, LINE)
+        self.win = MPI.Win.Allocate_shared(header + size * SLOTS * self.slot_bytes, LINE, comm=node)
+        node.Free()
+        self.win.Lock_all(MPI.MODE_NOCHECK)
+        parts = [np.frombuffer(self.win.Shared_query(r)[0], np.uint8) for r in range(size)]
+        counters = [p[:header].view(np.int64) for p in parts]
+        step = LINE // 8
+        me = self.me
+        # posted[j]: pieces this rank posted to node rank j; consumed[j]: pieces it took from j
+        self.posted = [counters[me][step * j:step * j + 1] for j in range(size)]
+        self.consumed = [counters[me][step * (size + j):step * (size + j) + 1] for j in range(size)]
+        # what peer j reads and writes about us
+        self.peer_posted = [counters[j][step * me:step * me + 1] for j in range(size)]
+        self.peer_consumed = [counters[j][step * (size + me):step * (size + me) + 1] for j in range(size)]
+        labels = 2 * step * size
+        # each slot's label: (message bytes, offset of the piece), written by the sender
+        self.out_labels = [[counters[me][labels + 2 * (j * SLOTS + k):][:2] for k in range(SLOTS)]
+                           for j in range(size)]
+        self.in_labels = [[counters[j][labels + 2 * (me * SLOTS + k):][:2] for k in range(SLOTS)]
+                          for j in range(size)]
+        self.out_slots = [[_slot(parts[me], header, j, k, self.slot_bytes) for k in range(SLOTS)]
+                          for j in range(size)]
+        self.in_slots = [[_slot(parts[j], header, me, k, self.slot_bytes) for k in range(SLOTS)]
+                         for j in range(size)]
+        for j in range(size):
+            self.posted[j][0] = self.consumed[j][0] = 0
+        self.win.Sync()
+        comm.Barrier()  # every rank's counters are zero before anyone posts
+
+    def slot_free(self, peer):
+        """Whether the next piece to ``peer`` may be posted (it consumed the one SLOTS before)."""
+        return self.posted[peer][0] - self.peer_consumed[peer][0] < SLOTS
+
+    def post(self, peer, raw, offset):
+        """Copy bytes ``offset..`` of message ``raw`` into the next slot to ``peer`` and post
+        them (:meth:`slot_free` first); return where the piece ends."""
+        piece = self.posted[peer][0]
+        k = piece % SLOTS
+        end = min(raw.size, offset + self.slot_bytes)
+        np.copyto(self.out_slots[peer][k][:end - offset], raw[offset:end])
+        label = self.out_labels[peer][k]
+        label[0] = raw.size
+        label[1] = offset
+        self.win.Sync()  # the piece and its label before the counter
+        self.posted[peer][0] = piece + 1
+        return end
+
+    def arrived(self, peer):
+        """Whether the next piece from ``peer`` is posted."""
+        return self.peer_posted[peer][0] > self.consumed[peer][0]
+
+    def incoming(self, peer, size, offset):
+        """The next piece from ``peer`` (:meth:`arrived` first), which must be bytes ``offset..``
+        of a ``size``-byte message; :meth:`release` hands its slot back once it is read."""
+        self.win.Sync()  # the counter before the piece
+        k = self.consumed[peer][0] % SLOTS
+        label = self.in_labels[peer][k]
+        if label[0] != size or label[1] != offset:
+            raise RuntimeError(
+                f"shared-memory transport: expected bytes {offset}.. of a {size}-byte message, "
+                f"got bytes {label[1]}.. of a {label[0]}-byte one"
+            )
+        return self.in_slots[peer][k][:min(size - offset, self.slot_bytes)]
+
+    def release(self, peer):
+        self.win.Sync()  # done reading before the slot is handed back
+        self.consumed[peer][0] += 1
+
+    def free(self):
+        self.win.Unlock_all()
+        self.win.Free()
+
+
+def _round_up(n, multiple):
+    return -(-n // multiple) * multiple
+
+
+def _slot(part, header, peer, k, slot_bytes):
+    start = header + (peer * SLOTS + k) * slot_bytes
+    return part[start:start + slot_bytes]
+
+
+class _ShmSend:
+    """A message to a rank of this node, copied into its slots piece by piece."""
+
+    __slots__ = ("box", "peer", "raw", "offset", "done", "queue")
+
+    def __init__(self, box, peer, raw, queue):
+        self.box, self.peer, self.raw, self.queue = box, peer, raw, queue
+        self.offset, self.done = 0, raw.size == 0
+
+    def step(self):
+        """Post as many pieces as there are free slots; True if any was posted."""
+        if self.queue[0] is not self:
+            return False
+        box, peer, raw = self.box, self.peer, self.raw
+        moved = False
+        while self.offset < raw.size and box.slot_free(peer):
+            self.offset, moved = box.post(peer, raw, self.offset), True
+        if self.offset >= raw.size:
+            self.done = True
+            self.queue.pop(0)
+        return moved
+
+
+class _ShmRecv:
+    """A message from a rank of this node, handed piece by piece to ``deliver(piece, start,
+    end)`` as it arrives (a copy into the receive buffer, or a reduction straight from the slot)."""
+
+    __slots__ = ("box", "peer", "size", "deliver", "offset", "done", "queue")
+
+    def __init__(self, box, peer, size, deliver, queue):
+        self.box, self.peer, self.size, self.deliver, self.queue = box, peer, size, deliver, queue
+        self.offset, self.done = 0, size == 0
+
+    def step(self):
+        """Take every piece that has arrived; True if any was taken."""
+        if self.queue[0] is not self:
+            return False
+        box, peer = self.box, self.peer
+        moved = False
+        while self.offset < self.size and box.arrived(peer):
+            piece = box.incoming(peer, self.size, self.offset)
+            end = self.offset + piece.size
+            self.deliver(piece, self.offset, end)
+            box.release(peer)
+            self.offset, moved = end, True
+        if self.offset >= self.size:
+            self.done = True
+            self.queue.pop(0)
+        return moved
+
+
+class _MpiMessage:
+    """A message through MPI (another node, or too large for the slots)."""
+
+    __slots__ = ("request", "done")
+
+    def __init__(self, request):
+        self.request, self.done = request, False
+
+    def step(self):
+        self.done = self.request.Test()
+        return self.done
+
+
+class _Handle:
+    """What ``isend``/``irecv`` return: ``Wait()`` ends the message, ``Test()`` says if it ended."""
+
+    __slots__ = ("transport", "message")
+
+    def __init__(self, transport, message):
+        self.transport, self.message = transport, message
+
+    def Wait(self):
+        self.transport.wait(self.message)
+
+    def Test(self):
+        if not self.message.done:
+            self.transport.progress()
+        return self.message.done
+
+
+class SharedMemoryTransport:
+    """Point-to-point messages through the node's shared window (see the module docstring)."""
+
+    name = "shared-memory"
+
+    def __init__(self, private, xp, workspace):
+        self.direct = DirectTransport(private, xp, workspace)
+        self.workspace = workspace
+        self.min_bytes = _env_bytes("ALLREDUCE_SHM_MIN_BYTES", 8 << 10)
+        self.max_bytes = _env_bytes("ALLREDUCE_SHM_MAX_BYTES", 512 << 10)
+        self.box = private.resource("mailboxes", Mailboxes)
+        self.local = self.box.local
+        self.outgoing = {}  # node rank -> sends not yet fully posted, in order
+        self.incoming = {}  # node rank -> receives not yet complete, in order
+        self.pending = []   # every message not yet complete, shared-memory or MPI
+
+    def _node_rank(self, rank, nbytes):
+        """The node rank of ``rank`` if a message of ``nbytes`` to or from it goes through
+        shared memory, else None (MPI)."""
+        return self.local.get(rank) if self.min_bytes <= nbytes <= self.max_bytes else None
+
+    def _start_send(self, raw, dest):
+        peer = self._node_rank(dest, raw.size)
+        if peer is None:
+            return self._started(_MpiMessage(self.direct.isend(raw, dest)))
+        queue = self._queue(self.outgoing, peer)
+        return self._queued(_ShmSend(self.box, peer, raw, queue), queue)
+
+    def _start_recv(self, size, source, deliver):
+        peer = self._node_rank(source, size)
+        queue = self._queue(self.incoming, peer)
+        return self._queued(_ShmRecv(self.box, peer, size, deliver, queue), queue)
+
+    @staticmethod
+    def _queue(queues, peer):
+        queue = queues.get(peer)
+        if queue is None:
+            queue = queues[peer] = []
+        return queue
+
+    def _queued(self, message, queue):
+        if not message.done:
+            queue.append(message)
+            message.step()
+        return message if message.done else self._started(message)
+
+    def _started(self, message):
+        self.pending.append(message)
+        return message
+
+    def _start_recv_into(self, raw, source):
+        if self._node_rank(source, raw.size) is None:
+            return self._started(_MpiMessage(self.direct.irecv(raw, source)))
+
+        def copy(piece, start, end):
+            np.copyto(raw[start:end], piece)
+        return self._start_recv(raw.size, source, copy)
+
+    def progress(self):
+        """One pass over every pending message; True if any moved."""
+        moved = False
+        for message in self.pending:
+            if message.step():
+                moved = True
+        if moved:
+            self.pending[:] = [m for m in self.pending if not m.done]
+        return moved
+
+    def wait(self, *messages):
+        idle = 0
+        while not all(m.done for m in messages):
+            if self.progress():
+                idle = 0
+            else:
+                idle += 1
+                if idle >= SPINS_BEFORE_YIELD:
+                    os.sched_yield()
+
+    def _await(self, peer):
+        """Spin until the next piece from node rank ``peer`` has arrived."""
+        box, idle = self.box, 0
+        while not box.arrived(peer):
+            idle += 1
+            if idle >= SPINS_BEFORE_YIELD:
+                os.sched_yield()
+
+    def _one_piece(self, send_bytes, dest, recv_bytes, source):
+        """For a send and a receive with nothing else pending: ``(node rank of dest, node rank
+        of source)`` when each goes through shared memory as one piece, ``True`` when both go
+        through MPI (so blocking MPI calls are safe), else None."""
+        if self.pending:
+            return None
+        low, high, local = self.min_bytes, self.max_bytes, self.local
+        out = local.get(dest) if low <= send_bytes <= high else None
+        into = local.get(source) if low <= recv_bytes <= high else None
+        if out is None and into is None:
+            return True
+        box = self.box
+        if (out is None or into is None or send_bytes > box.slot_bytes or recv_bytes > box.slot_bytes
+                or not box.slot_free(out)):
+            return None
+        return out, into
+
+    def send(self, buf, dest):
+        if not self.pending and self._node_rank(dest, buf.nbytes) is None:
+            self.direct.send(buf, dest)  # nothing pending, so blocking MPI is safe
+        else:
+            self.wait(self._start_send(buf.view(np.uint8), dest))
+
+    def recv(self, buf, source):
+        if not self.pending and self._node_rank(source, buf.nbytes) is None:
+            self.direct.recv(buf, source)
+        else:
+            self.wait(self._start_recv_into(buf.view(np.uint8), source))
+
+    def sendrecv(self, sendbuf, dest, recvbuf, source):
+        peers = self._one_piece(sendbuf.nbytes, dest, recvbuf.nbytes, source)
+        if peers is True:
+            self.direct.sendrecv(sendbuf, dest, recvbuf, source)
+        elif peers is not None:
+            box = self.box
+            box.post(peers[0], sendbuf.view(np.uint8), 0)
+            self._await(peers[1])
+            np.copyto(recvbuf.view(np.uint8), box.incoming(peers[1], recvbuf.nbytes, 0))
+            box.release(peers[1])
+        else:
+            self.wait(self._start_send(sendbuf.view(np.uint8), dest),
+                      self._start_recv_into(recvbuf.view(np.uint8), source))
+
+    def sendrecv_combine(self, sendbuf, dest, acc, source, out, combine):
+        """Send ``sendbuf`` to ``dest`` while receiving a vector like ``acc`` from ``source``,
+        and set ``out = combine(acc, received)``, reducing straight from the shared slots.
+        ``out`` may be ``acc`` but must not overlap ``sendbuf``."""
+        size, dtype = acc.nbytes, acc.dtype
+        peers = self._one_piece(sendbuf.nbytes, dest, size, source)
+        if peers is not None and peers is not True:
+            box = self.box
+            box.post(peers[0], sendbuf.view(np.uint8), 0)
+            self._await(peers[1])
+            combine(acc, box.incoming(peers[1], size, 0).view(dtype), out)
+            box.release(peers[1])
+        elif self._node_rank(source, size) is None:
+            incoming = self.workspace.get(np, dtype, acc.size, "shm-combine")
+            self.sendrecv(sendbuf, dest, incoming, source)
+            combine(acc, incoming, out)
+        else:
+            item = acc.itemsize
+
+            def reduce(piece, start, end):
+                combine(acc[start // item:end // item], piece.view(dtype), out[start // item:end // item])
+            self.wait(self._start_send(sendbuf.view(np.uint8), dest), self._start_recv(size, source, reduce))
+
+    def isend(self, buf, dest):
+        """Start sending ``buf``; the returned handle's ``Wait()`` ends it (``buf`` untouched until then)."""
+        return _Handle(self, self._start_send(buf.view(np.uint8), dest))
+
+    def irecv(self, buf, source):
+        """Start receiving into ``buf``; it holds the message once the handle's ``Wait()`` returns."""
+        return _Handle(self, self._start_recv_into(buf.view(np.uint8), source))

@@ -1,0 +1,145 @@
+"""The shared-memory transport on its own, under mpiexec: every byte of every message arrives,
+in order, for sizes on both sides of every threshold, blocking and nonblocking, and a
+receive of the wrong size raises instead of delivering garbage.
+
+Each test builds its own transport on a fresh communicator with small slots (256 bytes,
+SLOTS of them), so messages take many pieces and senders wait for free slots; messages
+under 64 bytes or over 4 KiB go through MPI, mixed with the others.
+"""
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from algorithms.executor import WORKSPACE, Private
+from algorithms.shared_memory import SLOTS, SharedMemoryTransport
+
+pytestmark = pytest.mark.mpi
+
+SLOT, LOW, HIGH = 256, 64, 4096
+SIZES = [0, 1, LOW - 1, LOW, SLOT - 1, SLOT, SLOT + 1, SLOTS * SLOT + 3, HIGH, HIGH + 1, 3 * HIGH + 5]
+
+
+@pytest.fixture
+def transport(comm, monkeypatch):
+    monkeypatch.setenv("ALLREDUCE_SHM_SLOT_BYTES", str(SLOT))
+    monkeypatch.setenv("ALLREDUCE_SHM_MIN_BYTES", str(LOW))
+    monkeypatch.setenv("ALLREDUCE_SHM_MAX_BYTES", str(HIGH))
+    private = Private(comm.Dup())
+    try:
+        yield SharedMemoryTransport(private, np, WORKSPACE)
+    finally:
+        private.free()
+
+
+def message(source, dest, index, nbytes):
+    """The bytes ``source`` sends ``dest`` as its ``index``-th message (known to both)."""
+    return ((np.arange(nbytes) * 31 + source * 7 + dest * 3 + index * 11) % 251).astype(np.uint8)
+
+
+def test_nonblocking_all_pairs_every_size(comm, transport):
+    """Every rank sends every size to every rank (itself excluded), all at once, receives
+    posted in a shuffled order of peers; each message must arrive whole and in order."""
+    rank, size = comm.rank, comm.size
+    peers = [p for p in range(size) if p != rank]
+    order = np.random.default_rng(rank).permutation(peers).tolist()
+    received = {(p, i): np.full(n, 255, np.uint8) for p in peers for i, n in enumerate(SIZES)}
+    requests = [transport.irecv(received[p, i], p) for p in order for i in range(len(SIZES))]
+    requests += [transport.isend(message(rank, p, i, n), p) for p in peers for i, n in enumerate(SIZES)]
+    while not all(r.Test() for r in requests):
+        pass
+    for r in requests:
+        r.Wait()
+    wrong = [(p, SIZES[i]) for (p, i), got in received.items() if not np.array_equal(got, message(p, rank, i, SIZES[i]))]
+    assert wrong == []
+
+
+def test_a_later_message_waits_for_an_earlier_one(comm, transport):
+    """Rank 0 starts a long message, rank 1 drains the slots it filled, then rank 0 starts a
+    short one while the long one is half sent (and rank 1 posts its receive while the long
+    one is half received): the short one must not take the freed slots first."""
+    if comm.size < 2:
+        pytest.skip("needs two ranks")
+    long, short = message(0, 1, 0, 10 * SLOT), message(0, 1, 1, SLOT // 2)
+    if comm.rank == 0:
+        first = transport.isend(long, 1)
+        comm.Barrier()  # the first SLOTS pieces are posted
+        comm.recv(source=1, tag=99)
+        second = transport.isend(short, 1)
+        first.Wait()
+        second.Wait()
+    elif comm.rank == 1:
+        got_long, got_short = np.zeros(long.size, np.uint8), np.zeros(short.size, np.uint8)
+        first = transport.irecv(got_long, 0)
+        comm.Barrier()
+        deadline = MPI.Wtime() + 0.05
+        while MPI.Wtime() < deadline:
+            first.Test()  # takes the posted pieces, frees their slots
+        comm.send(None, dest=0, tag=99)
+        second = transport.irecv(got_short, 0)
+        first.Wait()
+        second.Wait()
+        assert np.array_equal(got_long, long) and np.array_equal(got_short, short)
+    else:
+        comm.Barrier()
+
+
+def test_blocking_ring_of_sendrecvs(comm, transport):
+    """Sendrecv around the ring, then to the other direction, each size in turn."""
+    rank, size = comm.rank, comm.size
+    right, left = (rank + 1) % size, (rank - 1) % size
+    for i, n in enumerate(SIZES):
+        for dest, source in ((right, left), (left, right)):
+            got = np.full(n, 255, np.uint8)
+            transport.sendrecv(message(rank, dest, i, n), dest, got, source)
+            assert np.array_equal(got, message(source, rank, i, n)), (n, dest, source)
+
+
+def test_blocking_send_recv_to_root(comm, transport):
+    """Every rank sends each size to rank 0 (blocking), which receives rank by rank."""
+    rank = comm.rank
+    for i, n in enumerate(SIZES):
+        if rank == 0:
+            for source in range(1, comm.size):
+                got = np.full(n, 255, np.uint8)
+                transport.recv(got, source)
+                assert np.array_equal(got, message(source, 0, i, n)), (n, source)
+        else:
+            transport.send(message(rank, 0, i, n), 0)
+
+
+@pytest.mark.parametrize("count", [0, 1, 15, 16, 63, 64, 65, 1000, 1025, 5000])
+def test_sendrecv_combine_against_numpy(comm, transport, count):
+    """Around the ring: out = mine + what the left neighbour sent, for every route and piece size."""
+    rank, size = comm.rank, comm.size
+    right, left = (rank + 1) % size, (rank - 1) % size
+    def vector(r):
+        return (np.arange(count, dtype=np.float32) % 97) * (r + 1)
+
+    out = np.full(count, -1, np.float32)
+    transport.sendrecv_combine(vector(rank), right, vector(rank) * 2, left, out,
+                               lambda a, b, o: np.add(a, b, out=o))
+    assert np.array_equal(out, vector(rank) * 2 + vector(left))
+
+
+def test_wrong_receive_size_raises(comm, transport):
+    """A receive one byte short of its send raises on the receiver, naming both sizes."""
+    if comm.size < 2:
+        pytest.skip("needs two ranks")
+    n = SLOT // 2
+    if comm.rank == 0:
+        transport.send(np.zeros(n, np.uint8), 1)
+    elif comm.rank == 1:
+        with pytest.raises(RuntimeError, match=f"of a {n - 1}-byte message, got bytes 0.. of a {n}-byte one"):
+            transport.recv(np.zeros(n - 1, np.uint8), 0)
+    comm.Barrier()
+
+
+def test_slot_size_must_be_a_multiple_of_a_cache_line(comm, monkeypatch):
+    monkeypatch.setenv("ALLREDUCE_SHM_SLOT_BYTES", "1000")
+    private = Private(comm.Dup())
+    try:
+        with pytest.raises(ValueError, match="ALLREDUCE_SHM_SLOT_BYTES=1000 must be a multiple of 64"):
+            SharedMemoryTransport(private, np, WORKSPACE)
+    finally:
+        private.free()
