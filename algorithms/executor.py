@@ -26,6 +26,8 @@ def choose_transport(xp):
     ``ALLREDUCE_TRANSPORT=direct|staged|shm`` overrides the choice.
     """
     forced = os.environ.get("ALLREDUCE_TRANSPORT", "auto").strip().lower()
+    if forced == "shm" and is_device(xp):
+        raise ValueError("ALLREDUCE_TRANSPORT=shm is for host buffers; use direct or staged for CuPy")
     if forced in TRANSPORTS:
         return TRANSPORTS[forced]
     if forced != "auto":

@@ -29,7 +29,7 @@ import os
 import numpy as np
 from mpi4py import MPI
 
-from .transport import DirectTransport
+from .transport import TAG, DirectTransport
 
 
 def _env_bytes(name, default):
@@ -231,6 +231,7 @@ class SharedMemoryTransport:
 
     def __init__(self, private, xp, workspace):
         self.direct = DirectTransport(private, xp, workspace)
+        self.comm = private.comm
         self.workspace = workspace
         self.min_bytes = _env_bytes("ALLREDUCE_SHM_MIN_BYTES", 8 << 10)
         self.max_bytes = _env_bytes("ALLREDUCE_SHM_MAX_BYTES", 512 << 10)
@@ -340,7 +341,12 @@ class SharedMemoryTransport:
             self.wait(self._start_recv_into(buf.view(np.uint8), source))
 
     def sendrecv(self, sendbuf, dest, recvbuf, source):
-        peers = self._one_piece(sendbuf.nbytes, dest, recvbuf.nbytes, source)
+        send_bytes, recv_bytes = sendbuf.nbytes, recvbuf.nbytes
+        if send_bytes < self.min_bytes and recv_bytes < self.min_bytes and not self.pending:
+            # the latency-bound case, first and with nothing in between
+            self.comm.Sendrecv([sendbuf, MPI.BYTE], dest, TAG, [recvbuf, MPI.BYTE], source, TAG)
+            return
+        peers = self._one_piece(send_bytes, dest, recv_bytes, source)
         if peers is True:
             self.direct.sendrecv(sendbuf, dest, recvbuf, source)
         elif peers is not None:

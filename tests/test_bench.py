@@ -287,3 +287,25 @@ def test_bucketed_overlap_hides_all_but_the_last_bucket():
 
     assert exposed_time(0.01, 10, 1.0) == pytest.approx(0.01)  # each bucket fits behind the next
     assert exposed_time(0.2, 10, 1.0) == pytest.approx(10 * 0.2 + 0.1 - 1.0)  # communication-bound
+
+
+def test_perf_benchmark_writes_every_target(tmp_path):
+    """``bench.perf`` on small sizes (8 B always): one row per size with every candidate timed, each
+    target judged (sizes it did not run are judged not met), and the Markdown table."""
+    out = tmp_path / "perf"
+    proc = run_mpi(2, ["-m", "bench.perf", "-b", "32K", "-e", "64K", "--repeats", "1", "-o", str(out)], timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads((tmp_path / "perf.json").read_text(),
+                      parse_constant=lambda name: pytest.fail(f"perf.json holds {name}, which is not JSON"))
+    assert [r["bytes"] for r in data["rows"]] == [8, 32768, 65536]
+    for row in data["rows"]:
+        for name in ("native", "ring", "tree", "ps", "rd", "ring_checked"):
+            assert row[f"{name}_s"] > 0, (name, row)
+        assert row["copy_GBps"] > 0 and row["copy_all_ranks_GBps"] > 0
+    targets = {t["target"]: t for t in data["targets"]}
+    assert len(targets) == 8
+    assert targets["ring busbw >= 1.0x native, 256 KiB..256 MiB"]["holds"] is False  # no size in range
+    assert set(data["steady_state_python_bytes"]) == {"ring", "tree", "ps", "rd"}
+    text = (tmp_path / "perf.md").read_text()
+    assert "| target | measured (worst) | at bytes | holds |" in text and "| 65536 |" in text
+    assert "| ring busbw >= 1.0x native, 256 KiB..256 MiB | size not run |  | **no** |" in text
