@@ -7,9 +7,11 @@
   matched from link bandwidths, ``bandwidth=``) and ``"rd"`` (recursive doubling).
 * ``reduce_scatter`` and ``all_gather``: the two halves of the ring, on their
   own; chunk layout from ``chunk_offsets``.
+* ``transport_in_use(xp)``: how messages travel (shared memory or CUDA IPC within a
+  node, MPI direct or staged through host memory otherwise).
 """
 
-from .collectives import all_gather, allreduce, reduce_scatter
+from .collectives import all_gather, allreduce, reduce_scatter, transport_in_use
 from .executor import WORKSPACE
 from .ops import DTYPES, OPS
 from .registry import ALGORITHMS
@@ -25,5 +27,5 @@ def free_workspace():
 __all__ = [
     "ALGORITHMS", "DTYPES", "OPS",
     "allreduce", "reduce_scatter", "all_gather",
-    "chunk_offsets", "free_workspace", "mpi_is_cuda_aware",
+    "chunk_offsets", "free_workspace", "mpi_is_cuda_aware", "transport_in_use",
 ]

@@ -106,6 +106,13 @@ def all_gather(sendbuf, recvbuf=None, *, comm=None, check=True):
     return whole
 
 
+def transport_in_use(xp, comm=None):
+    """How our collectives move buffers of array module ``xp`` (``numpy`` or ``cupy``) on
+    ``comm``, in words: the transport, and why when CUDA IPC could not be used. Collective
+    the first time for each communicator and module (it may set up shared memory)."""
+    return private_comm(MPI.COMM_WORLD if comm is None else comm).transport(xp).describe()
+
+
 def _result_buffer(sendbuf, recvbuf, count):
     """Check ``recvbuf`` against the (already checked) ``sendbuf``; return the result buffer
     (``sendbuf`` itself when ``recvbuf`` is None or the same memory: in place)."""

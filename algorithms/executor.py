@@ -6,12 +6,14 @@ only through ``coll.send``/``recv``/``sendrecv``/``isend``/``irecv`` and reduces
 through ``coll.combine`` (or ``coll.sendrecv_combine``, both at once), so it works unchanged on NumPy and CuPy buffers.
 """
 
+import atexit
 import os
 
 from mpi4py import MPI
 
 from .arrays import host_buffer, is_device, same_memory
 from .ops import combiner
+from .cuda_ipc import IpcUnavailable
 from .shared_memory import SharedMemoryTransport
 from .transport import DirectTransport, StagedTransport, mpi_is_cuda_aware
 
@@ -19,24 +21,36 @@ TRANSPORTS = {"direct": DirectTransport, "staged": StagedTransport, "shm": Share
 
 
 def choose_transport(xp):
-    """The transport class for buffers of module ``xp``.
+    """The kind of transport for buffers of module ``xp``: a key of :data:`TRANSPORTS`.
 
-    Host buffers go through the node's shared memory (and MPI between nodes); device
-    buffers go straight to a CUDA-aware MPI, or are staged through host memory.
-    ``ALLREDUCE_TRANSPORT=direct|staged|shm`` overrides the choice.
+    Host buffers go through the node's shared memory (MPI between nodes); device buffers
+    through CUDA IPC within a node and, between nodes, straight to a CUDA-aware MPI or
+    staged through host memory. ``ALLREDUCE_TRANSPORT=direct|staged|shm`` overrides it
+    (``shm`` means CUDA IPC for device buffers).
     """
     forced = os.environ.get("ALLREDUCE_TRANSPORT", "auto").strip().lower()
-    if forced == "shm" and is_device(xp):
-        raise ValueError("ALLREDUCE_TRANSPORT=shm is for host buffers; use direct or staged for CuPy")
     if forced in TRANSPORTS:
-        return TRANSPORTS[forced]
+        return forced
     if forced != "auto":
         raise ValueError(
             f"ALLREDUCE_TRANSPORT={forced!r} is not one of auto, {', '.join(TRANSPORTS)}"
         )
-    if not is_device(xp):
-        return SharedMemoryTransport
-    return DirectTransport if mpi_is_cuda_aware() else StagedTransport
+    return "shm"
+
+
+def build_transport(private, xp):
+    """The transport for module ``xp`` on ``private``'s communicator (collective). When CUDA
+    IPC cannot be set up on some rank, every rank falls back to MPI and ``note`` says why."""
+    mpi = DirectTransport if not is_device(xp) or mpi_is_cuda_aware() else StagedTransport
+    kind = choose_transport(xp)
+    if kind != "shm":
+        return TRANSPORTS[kind](private, xp, WORKSPACE)
+    try:
+        return SharedMemoryTransport(private, xp, WORKSPACE, mpi)
+    except IpcUnavailable as exc:
+        transport = mpi(private, xp, WORKSPACE)
+        transport.note = f"no CUDA IPC ({exc})"
+        return transport
 
 
 class Workspace:
@@ -85,6 +99,7 @@ class Private:
         self.contexts = {}
         self.transports = {}
         self.resources = {}
+        _LIVE.append(self)
 
     def collective(self, xp, op):
         """The context for module ``xp`` and ``op``; the transport is chosen (and the
@@ -93,11 +108,15 @@ class Private:
         key = (xp.__name__, op)
         context = self.contexts.get(key)
         if context is None:
-            transport = self.transports.get(xp.__name__)
-            if transport is None:
-                transport = self.transports[xp.__name__] = choose_transport(xp)(self, xp, WORKSPACE)
-            context = self.contexts[key] = Collective(self.comm, xp, op, transport)
+            context = self.contexts[key] = Collective(self.comm, xp, op, self.transport(xp))
         return context
+
+    def transport(self, xp):
+        """The transport for module ``xp`` on this communicator, built on first use (collective)."""
+        transport = self.transports.get(xp.__name__)
+        if transport is None:
+            transport = self.transports[xp.__name__] = build_transport(self, xp)
+        return transport
 
     def resource(self, name, build):
         """``build(comm)``, made once per communicator (collective) and freed with it."""
@@ -106,10 +125,30 @@ class Private:
             value = self.resources[name] = build(self.comm)
         return value
 
-    def free(self):
-        for value in self.resources.values():
+    def free_resources(self):
+        """Free the shared windows and device slots (collective; again is a no-op)."""
+        for value in reversed(list(self.resources.values())):
             value.free()
+        self.resources.clear()
+        self.transports.clear()
+        self.contexts.clear()
+
+    def free(self):
+        self.free_resources()
         self.comm.Free()
+        _LIVE.remove(self)
+
+
+_LIVE = []  # every Private not yet freed, in creation order (the same on every rank)
+
+
+@atexit.register  # registered after mpi4py's own, so it runs before MPI_Finalize
+def _free_before_finalize():
+    """Windows still allocated at MPI_Finalize make MPICH's OFI netmod fail to close
+    (fabricclose: resource busy), so free them first, newest first, on every rank."""
+    if MPI.Is_initialized() and not MPI.Is_finalized():
+        for private in reversed(_LIVE):
+            private.free_resources()
 
 
 _LAST = [None, None]  # (user communicator, its Private): most calls reuse the last one

@@ -10,21 +10,10 @@ while it is still in cache and trees can pipeline. ``ALLREDUCE_SEGMENT_BYTES``
 """
 
 import functools
-import os
 
+from .settings import env_bytes
 
-def _segment_bytes():
-    raw = os.environ.get("ALLREDUCE_SEGMENT_BYTES", str(1 << 20))
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise ValueError(f"ALLREDUCE_SEGMENT_BYTES={raw!r} must be a positive number of bytes")
-    return value
-
-
-SEGMENT_BYTES = _segment_bytes()
+SEGMENT_BYTES = env_bytes("ALLREDUCE_SEGMENT_BYTES", 1 << 20)
 
 
 @functools.lru_cache(maxsize=256)

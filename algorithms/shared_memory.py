@@ -29,18 +29,9 @@ import os
 import numpy as np
 from mpi4py import MPI
 
-from .transport import TAG, DirectTransport
-
-
-def _env_bytes(name, default):
-    raw = os.environ.get(name, str(default))
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise ValueError(f"{name}={raw!r} must be a positive number of bytes")
-    return value
+from .arrays import is_device, stream_synchronize
+from .settings import env_bytes, size_text
+from .transport import TAG
 
 
 SLOTS = 4
@@ -48,13 +39,22 @@ LINE = 64  # bytes per counter: one cache line each
 SPINS_BEFORE_YIELD = 64  # idle polls before a wait gives its core away (oversubscribed runs)
 
 
-class Mailboxes:
-    """The node's shared window and this rank's views of it (see the module docstring)."""
+#: per array module: the variable that sets the slot size, and its default
+SLOT_SIZES = {"numpy": ("ALLREDUCE_SHM_SLOT_BYTES", 256 << 10), "cupy": ("ALLREDUCE_IPC_SLOT_BYTES", 4 << 20)}
 
-    def __init__(self, comm):
-        self.slot_bytes = _env_bytes("ALLREDUCE_SHM_SLOT_BYTES", 256 << 10)
+
+class Mailboxes:
+    """The node's shared window and this rank's views of it (see the module docstring).
+
+    For CuPy (``xp``) the slots are device memory mapped into every rank of the node by
+    CUDA IPC (:class:`.cuda_ipc.DeviceSlots`) and the window holds only the counters."""
+
+    def __init__(self, comm, xp=np):
+        variable, default = SLOT_SIZES[xp.__name__]
+        self.slot_bytes = env_bytes(variable, default)
         if self.slot_bytes % LINE:
-            raise ValueError(f"ALLREDUCE_SHM_SLOT_BYTES={self.slot_bytes} must be a multiple of {LINE}")
+            raise ValueError(f"{variable}={self.slot_bytes} must be a multiple of {LINE}")
+        self.xp, self.device = xp, None
         node = comm.Split_type(MPI.COMM_TYPE_SHARED)
         members = MPI.Group.Translate_ranks(node.Get_group(), list(range(node.Get_size())),
                                             comm.Get_group())
@@ -62,11 +62,21 @@ class Mailboxes:
         self.me = node.Get_rank()
         size = node.Get_size()
         header = _round_up(2 * size * LINE + 2 * 8 * size * SLOTS, LINE)
-        self.win = MPI.Win.Allocate_shared(header + size * SLOTS * self.slot_bytes, LINE, comm=node)
-        node.Free()
+        slots_bytes = size * SLOTS * self.slot_bytes
+        try:
+            if is_device(xp):
+                from .cuda_ipc import DeviceSlots
+
+                self.device = DeviceSlots(node, slots_bytes)  # collective; raises on every rank
+                self.win = MPI.Win.Allocate_shared(header, LINE, comm=node)
+            else:
+                self.win = MPI.Win.Allocate_shared(header + slots_bytes, LINE, comm=node)
+        finally:
+            node.Free()
         self.win.Lock_all(MPI.MODE_NOCHECK)
         parts = [np.frombuffer(self.win.Shared_query(r)[0], np.uint8) for r in range(size)]
         counters = [p[:header].view(np.int64) for p in parts]
+        slots = self.device.views if self.device else [p[header:] for p in parts]
         step = LINE // 8
         me = self.me
         # posted[j]: pieces this rank posted to node rank j; consumed[j]: pieces it took from j
@@ -81,10 +91,10 @@ class Mailboxes:
                            for j in range(size)]
         self.in_labels = [[counters[j][labels + 2 * (me * SLOTS + k):][:2] for k in range(SLOTS)]
                           for j in range(size)]
-        self.out_slots = [[_slot(parts[me], header, j, k, self.slot_bytes) for k in range(SLOTS)]
-                          for j in range(size)]
-        self.in_slots = [[_slot(parts[j], header, me, k, self.slot_bytes) for k in range(SLOTS)]
-                         for j in range(size)]
+        self.out_slots = [[_slot(slots[me], j, k, self.slot_bytes) for k in range(SLOTS)] for j in range(size)]
+        self.in_slots = [[_slot(slots[j], me, k, self.slot_bytes) for k in range(SLOTS)] for j in range(size)]
+        # device copies and reductions are queued: finish them before a counter says they are done
+        self.settle = (lambda: stream_synchronize(xp)) if self.device else (lambda: None)
         for j in range(size):
             self.posted[j][0] = self.consumed[j][0] = 0
         self.win.Sync()
@@ -100,7 +110,8 @@ class Mailboxes:
         piece = self.posted[peer][0]
         k = piece % SLOTS
         end = min(raw.size, offset + self.slot_bytes)
-        np.copyto(self.out_slots[peer][k][:end - offset], raw[offset:end])
+        self.xp.copyto(self.out_slots[peer][k][:end - offset], raw[offset:end])
+        self.settle()
         label = self.out_labels[peer][k]
         label[0] = raw.size
         label[1] = offset
@@ -126,20 +137,23 @@ class Mailboxes:
         return self.in_slots[peer][k][:min(size - offset, self.slot_bytes)]
 
     def release(self, peer):
+        self.settle()
         self.win.Sync()  # done reading before the slot is handed back
         self.consumed[peer][0] += 1
 
     def free(self):
         self.win.Unlock_all()
         self.win.Free()
+        if self.device:
+            self.device.free()
 
 
 def _round_up(n, multiple):
     return -(-n // multiple) * multiple
 
 
-def _slot(part, header, peer, k, slot_bytes):
-    start = header + (peer * SLOTS + k) * slot_bytes
+def _slot(part, peer, k, slot_bytes):
+    start = (peer * SLOTS + k) * slot_bytes
     return part[start:start + slot_bytes]
 
 
@@ -224,18 +238,27 @@ class _Handle:
         return self.message.done
 
 
+#: per array module: the name, and the variables (with defaults) of the smallest and largest
+#: message through the slots; the others go through MPI
+ROUTES = {"numpy": ("shared-memory", ("ALLREDUCE_SHM_MIN_BYTES", 8 << 10), ("ALLREDUCE_SHM_MAX_BYTES", 512 << 10)),
+          "cupy": ("cuda-ipc", ("ALLREDUCE_IPC_MIN_BYTES", 1), ("ALLREDUCE_IPC_MAX_BYTES", 1 << 62))}
+
+
 class SharedMemoryTransport:
-    """Point-to-point messages through the node's shared window (see the module docstring)."""
+    """Point-to-point messages through the node's shared slots (see the module docstring):
+    host memory for NumPy, device memory mapped by CUDA IPC for CuPy. ``mpi`` is the
+    transport class for the other messages (direct, or staged for CuPy without a
+    CUDA-aware MPI). Collective when built; CuPy raises :class:`.cuda_ipc.IpcUnavailable`
+    on every rank when IPC cannot be set up."""
 
-    name = "shared-memory"
-
-    def __init__(self, private, xp, workspace):
-        self.direct = DirectTransport(private, xp, workspace)
+    def __init__(self, private, xp, workspace, mpi):
+        self.name, low, high = ROUTES[xp.__name__]
+        self.min_bytes, self.max_bytes = env_bytes(*low), env_bytes(*high)
+        self.xp, self.host = xp, not is_device(xp)
+        self.mpi = mpi(private, xp, workspace)
         self.comm = private.comm
         self.workspace = workspace
-        self.min_bytes = _env_bytes("ALLREDUCE_SHM_MIN_BYTES", 8 << 10)
-        self.max_bytes = _env_bytes("ALLREDUCE_SHM_MAX_BYTES", 512 << 10)
-        self.box = private.resource("mailboxes", Mailboxes)
+        self.box = private.resource(f"mailboxes-{xp.__name__}", lambda comm: Mailboxes(comm, xp))
         self.local = self.box.local
         self.outgoing = {}  # node rank -> sends not yet fully posted, in order
         self.incoming = {}  # node rank -> receives not yet complete, in order
@@ -249,7 +272,7 @@ class SharedMemoryTransport:
     def _start_send(self, raw, dest):
         peer = self._node_rank(dest, raw.size)
         if peer is None:
-            return self._started(_MpiMessage(self.direct.isend(raw, dest)))
+            return self._started(_MpiMessage(self.mpi.isend(raw, dest)))
         queue = self._queue(self.outgoing, peer)
         return self._queued(_ShmSend(self.box, peer, raw, queue), queue)
 
@@ -277,10 +300,10 @@ class SharedMemoryTransport:
 
     def _start_recv_into(self, raw, source):
         if self._node_rank(source, raw.size) is None:
-            return self._started(_MpiMessage(self.direct.irecv(raw, source)))
+            return self._started(_MpiMessage(self.mpi.irecv(raw, source)))
 
         def copy(piece, start, end):
-            np.copyto(raw[start:end], piece)
+            self.xp.copyto(raw[start:end], piece)
         return self._start_recv(raw.size, source, copy)
 
     def progress(self):
@@ -330,30 +353,30 @@ class SharedMemoryTransport:
 
     def send(self, buf, dest):
         if not self.pending and self._node_rank(dest, buf.nbytes) is None:
-            self.direct.send(buf, dest)  # nothing pending, so blocking MPI is safe
+            self.mpi.send(buf, dest)  # nothing pending, so blocking MPI is safe
         else:
             self.wait(self._start_send(buf.view(np.uint8), dest))
 
     def recv(self, buf, source):
         if not self.pending and self._node_rank(source, buf.nbytes) is None:
-            self.direct.recv(buf, source)
+            self.mpi.recv(buf, source)
         else:
             self.wait(self._start_recv_into(buf.view(np.uint8), source))
 
     def sendrecv(self, sendbuf, dest, recvbuf, source):
         send_bytes, recv_bytes = sendbuf.nbytes, recvbuf.nbytes
-        if send_bytes < self.min_bytes and recv_bytes < self.min_bytes and not self.pending:
+        if send_bytes < self.min_bytes and recv_bytes < self.min_bytes and self.host and not self.pending:
             # the latency-bound case, first and with nothing in between
             self.comm.Sendrecv([sendbuf, MPI.BYTE], dest, TAG, [recvbuf, MPI.BYTE], source, TAG)
             return
         peers = self._one_piece(send_bytes, dest, recv_bytes, source)
         if peers is True:
-            self.direct.sendrecv(sendbuf, dest, recvbuf, source)
+            self.mpi.sendrecv(sendbuf, dest, recvbuf, source)
         elif peers is not None:
             box = self.box
             box.post(peers[0], sendbuf.view(np.uint8), 0)
             self._await(peers[1])
-            np.copyto(recvbuf.view(np.uint8), box.incoming(peers[1], recvbuf.nbytes, 0))
+            self.xp.copyto(recvbuf.view(np.uint8), box.incoming(peers[1], recvbuf.nbytes, 0))
             box.release(peers[1])
         else:
             self.wait(self._start_send(sendbuf.view(np.uint8), dest),
@@ -372,7 +395,7 @@ class SharedMemoryTransport:
             combine(acc, box.incoming(peers[1], size, 0).view(dtype), out)
             box.release(peers[1])
         elif self._node_rank(source, size) is None:
-            incoming = self.workspace.get(np, dtype, acc.size, "shm-combine")
+            incoming = self.workspace.get(self.xp, dtype, acc.size, "shm-combine")
             self.sendrecv(sendbuf, dest, incoming, source)
             combine(acc, incoming, out)
         else:
@@ -381,6 +404,13 @@ class SharedMemoryTransport:
             def reduce(piece, start, end):
                 combine(acc[start // item:end // item], piece.view(dtype), out[start // item:end // item])
             self.wait(self._start_send(sendbuf.view(np.uint8), dest), self._start_recv(size, source, reduce))
+
+    def describe(self):
+        low, high = size_text(self.min_bytes), size_text(self.max_bytes)
+        through = (f"under {low}" if self.min_bytes > 1 else "") + (
+            f"{' and ' if self.min_bytes > 1 else ''}over {high}" if self.max_bytes < 1 << 62 else "")
+        return (f"{self.name} within a node; {self.mpi.describe()} between nodes"
+                + (f" and for messages {through}" if through else ""))
 
     def isend(self, buf, dest):
         """Start sending ``buf``; the returned handle's ``Wait()`` ends it (``buf`` untouched until then)."""

@@ -22,6 +22,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .arrays import host_buffer, is_device, stream_synchronize
+from .settings import env_bytes, size_text
 
 TAG = 7  # every collective runs on a private duplicate communicator, so one tag suffices
 
@@ -54,6 +55,11 @@ class DirectTransport:
         self.name = "cuda-aware" if is_device(xp) else "host"
         self._settle = (lambda: stream_synchronize(xp)) if is_device(xp) else (lambda: None)
 
+    note = None  # why this transport was chosen over CUDA IPC, when it was a fallback
+
+    def describe(self):
+        return ("CUDA-aware MPI" if is_device(self.xp) else "MPI") + (f"; {self.note}" if self.note else "")
+
     def send(self, buf, dest):
         self._settle()
         self.comm.Send([buf, MPI.BYTE], dest, TAG)
@@ -77,16 +83,68 @@ class DirectTransport:
         return self.comm.Irecv([buf, MPI.BYTE], source, TAG)
 
 
+class _HostCopies:
+    """Host buffers: the "copies to and from the device" are plain copies, done at once."""
+
+    def to_host(self, raw, host):
+        np.copyto(host[:raw.size], raw)
+
+    def to_device(self, host, raw):
+        np.copyto(raw, host)
+
+    def wait(self, token):
+        pass
+
+
+class _DeviceCopies:
+    """Asynchronous copies between device memory and pinned host buffers on a stream of
+    their own; each returns an event that :meth:`wait` waits for."""
+
+    def __init__(self, xp):
+        self.cuda = xp.cuda
+        self.stream = xp.cuda.Stream(non_blocking=True)
+
+    def _copy(self, destination, source, nbytes, kind):
+        runtime = self.cuda.runtime
+        runtime.memcpyAsync(destination, source, nbytes, kind, self.stream.ptr)
+        event = self.cuda.Event(disable_timing=True)
+        event.record(self.stream)
+        return event
+
+    def to_host(self, raw, host):
+        return self._copy(host.ctypes.data, raw.data.ptr, raw.nbytes, self.cuda.runtime.memcpyDeviceToHost)
+
+    def to_device(self, host, raw):
+        return self._copy(raw.data.ptr, host.ctypes.data, raw.nbytes, self.cuda.runtime.memcpyHostToDevice)
+
+    def wait(self, event):
+        if event is not None:
+            event.synchronize()
+
+
 class StagedTransport:
-    """Each message is copied through a host buffer: device -> host, MPI, host -> device."""
+    """Each message is copied through host memory: device -> host, MPI, host -> device.
+
+    A message over ``ALLREDUCE_STAGE_BYTES`` (default 1 MiB) in a blocking call moves in
+    chunks of that size through two host buffers each way, so that the copy of chunk k+1
+    to the host, the transfer of chunk k and the copy of chunk k-1 to the device overlap
+    (the device copies run on a stream of their own). Sender and receiver cut a message
+    alike, since a receive has the size of its send."""
 
     name = "staged"
+    note = None
 
     def __init__(self, private, xp, workspace):
         self.comm = private.comm
         self.xp = xp
         self.workspace = workspace
         self._spare = []  # host buffers of finished nonblocking messages, reused by the next ones
+        self.chunk_bytes = env_bytes("ALLREDUCE_STAGE_BYTES", 1 << 20)
+        self._copies = _DeviceCopies(xp) if is_device(xp) else _HostCopies()
+
+    def describe(self):
+        return ("MPI, staged through " + ("pinned host memory" if is_device(self.xp) else "host copies")
+                + f" in {size_text(self.chunk_bytes)} chunks" + (f"; {self.note}" if self.note else ""))
 
     def _host(self, nbytes, slot):
         return self.workspace.host(self.xp, nbytes, slot)
@@ -105,18 +163,71 @@ class StagedTransport:
             np.copyto(raw, host)
 
     def send(self, buf, dest):
-        self.comm.Send(self._to_host(buf, "send"), dest, TAG)
+        if buf.nbytes > self.chunk_bytes:
+            self._pipeline(buf, dest, None, None)
+        else:
+            self.comm.Send(self._to_host(buf, "send"), dest, TAG)
 
     def recv(self, buf, source):
+        if buf.nbytes > self.chunk_bytes:
+            self._pipeline(None, None, buf, source)
+            return
         host = self._host(buf.nbytes, "recv")
         self.comm.Recv(host, source, TAG)
         self._to_device(host, buf)
 
     def sendrecv(self, sendbuf, dest, recvbuf, source):
+        if sendbuf.nbytes > self.chunk_bytes or recvbuf.nbytes > self.chunk_bytes:
+            self._pipeline(sendbuf, dest, recvbuf, source)
+            return
         outgoing = self._to_host(sendbuf, "send")
         incoming = self._host(recvbuf.nbytes, "recv")
         self.comm.Sendrecv(outgoing, dest, TAG, incoming, source, TAG)
         self._to_device(incoming, recvbuf)
+
+    def _cuts(self, buf):
+        if buf is None:
+            return ()
+        n, step = buf.nbytes, self.chunk_bytes
+        return tuple((lo, min(n, lo + step)) for lo in range(0, n, step)) if n > step else ((0, n),)
+
+    def _pipeline(self, sendbuf, dest, recvbuf, source):
+        """Send ``sendbuf`` and/or receive ``recvbuf`` chunk by chunk, double-buffered."""
+        stream_synchronize(self.xp)  # what queued kernels write is what goes out
+        sends, recvs = self._cuts(sendbuf), self._cuts(recvbuf)
+        out = sendbuf.view(self.xp.uint8) if sends else None
+        into = recvbuf.view(self.xp.uint8) if recvs else None
+        copies, chunk = self._copies, self.chunk_bytes
+        send_host = [self._host(chunk, f"pipe-send-{b}") for b in (0, 1)] if sends else None
+        recv_host = [self._host(chunk, f"pipe-recv-{b}") for b in (0, 1)] if recvs else None
+        sending, receiving, to_device = [None, None], [None, None], [None, None]
+        for k in range(min(2, len(recvs))):
+            lo, hi = recvs[k]
+            receiving[k] = self.comm.Irecv(recv_host[k][:hi - lo], source, TAG)
+        if sends:
+            to_host = copies.to_host(out[sends[0][0]:sends[0][1]], send_host[0])
+        for k in range(max(len(sends), len(recvs))):
+            b = k % 2
+            if k < len(sends):
+                lo, hi = sends[k]
+                copies.wait(to_host)
+                sending[b] = self.comm.Isend(send_host[b][:hi - lo], dest, TAG)
+                if k + 1 < len(sends):
+                    if sending[1 - b] is not None:
+                        sending[1 - b].Wait()  # chunk k-1 is out: its host buffer is free
+                    lo, hi = sends[k + 1]
+                    to_host = copies.to_host(out[lo:hi], send_host[1 - b])
+            if k < len(recvs):
+                if k >= 1 and k + 1 < len(recvs):
+                    copies.wait(to_device[1 - b])  # chunk k-1 is on the device: reuse its buffer
+                    lo, hi = recvs[k + 1]
+                    receiving[1 - b] = self.comm.Irecv(recv_host[1 - b][:hi - lo], source, TAG)
+                receiving[b].Wait()
+                lo, hi = recvs[k]
+                to_device[b] = copies.to_device(recv_host[b][:hi - lo], into[lo:hi])
+        MPI.Request.Waitall([r for r in sending if r is not None])
+        for token in to_device:
+            copies.wait(token)
 
     def _lend(self, nbytes):
         """A host buffer of at least ``nbytes`` for one nonblocking message (reused once it ends)."""

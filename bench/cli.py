@@ -83,8 +83,9 @@ def parse_args(argv):
 
     spec = COLLECTIVES[args.collective]
     known = algorithm_names(spec)
-    if args.algo == "all":
-        args.algos = [a for a in known if a != "nccl" or args.device == "gpu"]
+    cuda_aware = args.device != "gpu" or algorithms.mpi_is_cuda_aware()
+    if args.algo == "all":  # the baselines that can run here
+        args.algos = [a for a in known if (a != "nccl" or args.device == "gpu") and (a != "mpi" or cuda_aware)]
     else:
         args.algos = [a for a in args.algo.split(",") if a]
     unknown = [a for a in args.algos if a not in known]
@@ -92,6 +93,9 @@ def parse_args(argv):
         p.error(f"unknown --algo {','.join(unknown)} for {spec.name}; choices: {','.join(known)},all")
     if "nccl" in args.algos and args.device != "gpu":
         p.error("--algo nccl needs --device gpu")
+    if "mpi" in args.algos and not cuda_aware:
+        p.error("--algo mpi with --device gpu needs a CUDA-aware MPI (MPIX_Query_cuda_support says no; "
+                "ALLREDUCE_CUDA_AWARE=1 overrides)")
     if args.topology and not os.path.isfile(args.topology):
         p.error(f"--topology {args.topology}: no such file")
     names = [dt.name for dt in algorithms.DTYPES]
@@ -165,7 +169,7 @@ class Watchdog:
             self.timer = None
 
 
-def header_lines(comm, args, algo, device_lines):
+def header_lines(comm, args, algo, device_lines, transport):
     config_line = (
         f"# nThread 1 nGpus 1 minBytes {args.minbytes} maxBytes {args.maxbytes} "
         f"step: {args.stepbytes if args.stepbytes else args.stepfactor}"
@@ -184,6 +188,7 @@ def header_lines(comm, args, algo, device_lines):
         f"# Algorithm: {algo}  Collective: {args.collective}  Ranks: {comm.Get_size()}  "
         f"Hosts: {len({d['hostname'] for d in device_lines})}  Device: {args.device}  "
         f"Time aggregation: {AGGREGATIONS[args.average]}  MPI: {info['mpi']}",
+        f"# Transport: {transport}",
         f"# Machine: {info['machine']} {info['cpu']}  Python {info['python']}  numpy {info['numpy']}"
         f"  Commit: {info['commit']}",
         f"# Env: {info['env']}",
@@ -252,8 +257,9 @@ def main(argv=None):
     total_wrong, all_busbw, summaries = 0, [], {}
     try:
         for algo in args.algos:
+            transport = transport_of(algo, comm, xp)
             if rank == 0:
-                say(header_lines(comm, args, algo, devices), flush=True)
+                say(header_lines(comm, args, algo, devices, transport), flush=True)
             wrong_here, busbws = 0, []
             for dtype in args.dtypes:
                 for op in args.ops:
@@ -286,6 +292,15 @@ def main(argv=None):
         if writer is not None:
             writer.finish(total_wrong, sum(all_busbw) / len(all_busbw) if all_busbw else 0.0, summaries)
     return 1 if total_wrong else 0
+
+
+def transport_of(algo, comm, xp):
+    """What carries ``algo``'s messages, for its header (collective: every rank calls it)."""
+    if algo == "mpi":
+        return "the MPI library's own collective" + (" on device buffers (CUDA-aware MPI)" if xp is not np else "")
+    if algo == "nccl":
+        return "NCCL"
+    return algorithms.transport_in_use(xp, comm)
 
 
 def probe_first(comm, args, folder):

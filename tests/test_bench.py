@@ -4,6 +4,7 @@ import math
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -57,6 +58,9 @@ def test_sweep_every_algorithm_read_by_a_superbench_style_parser(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert algorithms_in(proc.stdout) == ["ps", "ring", "tree", "bamtree", "kmtree", "rd", "mpi"]
     assert "# Topology: probed 2 ranks in 1 rounds" in proc.stdout  # no --topology: probe first
+    transports = re.findall(r"# Transport: (.+)", proc.stdout)
+    assert transports == [transports[0]] * 6 + ["the MPI library's own collective"]
+    assert transports[0].startswith("shared-memory within a node; MPI between nodes")
     assert len(list(tmp_path.glob("probe-*-2r.json"))) == 1
     tables = superbench_parse(proc.stdout)
     assert len(tables) == 7
@@ -171,6 +175,7 @@ BAD = [
     (["-b", "6", "-e", "6", "-d", "float"], "size 6 is not a multiple of 4 bytes (float32)"),
     (["--algo", "ring,butterfly"], "unknown --algo butterfly for allreduce; choices: ps,ring,tree,bamtree,kmtree,rd,mpi,nccl,all"),
     (["--algo", "nccl"], "--algo nccl needs --device gpu"),
+    (["--device", "gpu", "--algo", "mpi"], "--algo mpi with --device gpu needs a CUDA-aware MPI"),
     (["--collective", "allgather", "--algo", "tree"], "unknown --algo tree for allgather; choices: ring,mpi,nccl,all"),
     (["-I", "1", "-K", "20"], "-K 20 skips every one of the 20 iterations"),
 ]
@@ -309,3 +314,35 @@ def test_perf_benchmark_writes_every_target(tmp_path):
     text = (tmp_path / "perf.md").read_text()
     assert "| target | measured (worst) | at bytes | holds |" in text and "| 65536 |" in text
     assert "| ring busbw >= 1.0x native, 256 KiB..256 MiB | size not run |  | **no** |" in text
+
+
+def test_gpu_check_script_on_numpy_buffers(tmp_path):
+    """bench/gpu_check.sh end to end with DEVICE=cpu (NumPy buffers; transports shm, staged,
+    direct): every rank count, transport and algorithm checked and swept, merged into .json/.md."""
+    env = {**os.environ, "DEVICE": "cpu", "PYTHON": sys.executable, "RANKS": "2 3", "MIN_BYTES": "64K",
+           "MAX_BYTES": "128K", "LARGEST_COUNT": "5000"}
+    proc = subprocess.run(["bash", "bench/gpu_check.sh", str(tmp_path / "gpu-host")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads((tmp_path / "gpu-host.json").read_text())
+    assert data["total_wrong"] == 0 and [p["ranks"] for p in data["parts"]] == [2, 3]
+    algos = {"ps", "ring", "tree", "bamtree", "kmtree", "rd"}
+    for part in data["parts"]:
+        assert [r["transport"] for r in part["runs"]] == ["shm", "staged", "direct"]
+        for run in part["runs"]:
+            assert set(run["wrong"]) == algos and run["description"]
+            assert {(r["algorithm"], r["bytes"]) for r in run["sweep"]} == {(a, b) for a in algos for b in (65536, 131072)}
+            assert all(r["busbw_GBps"] > 0 for r in run["sweep"])
+    assert [r["bytes"] for r in data["copy"]] == [65536, 131072] and all(r["d2d_GBps"] > 0 for r in data["copy"])
+    text = (tmp_path / "gpu-host.md").read_text()
+    assert "| ring | staged |" in text and "Wrong elements in all: 0." in text
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="no NVIDIA GPU here: bench/gpu_check.sh runs on the device machine")
+def test_gpu_check_script_on_a_gpu(tmp_path):
+    env = {**os.environ, "PYTHON": sys.executable, "RANKS": "2", "MIN_BYTES": "1M", "MAX_BYTES": "4M",
+           "LARGEST_COUNT": "100000"}
+    proc = subprocess.run(["bash", "bench/gpu_check.sh", str(tmp_path / "gpu")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads((tmp_path / "gpu.json").read_text())["total_wrong"] == 0

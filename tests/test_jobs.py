@@ -14,7 +14,8 @@ import pytest
 from conftest import ROOT
 
 JOBS = ROOT / "jobs"
-SCRIPTS = sorted([*JOBS.glob("*.sh"), *JOBS.glob("slurm/*.sbatch"), *JOBS.glob("cluster/*.sh"), *JOBS.glob("lab/*.sh")])
+SCRIPTS = sorted([*JOBS.glob("*.sh"), *JOBS.glob("slurm/*.sbatch"), *JOBS.glob("cluster/*.sh"), *JOBS.glob("lab/*.sh"),
+                  ROOT / "bench" / "gpu_check.sh"])
 VENV = Path(sys.executable).parent.parent  # the venv these tests run in
 IN_CI = os.environ.get("CI") == "true"
 

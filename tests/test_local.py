@@ -101,6 +101,28 @@ def test_unknown_transport_is_refused(monkeypatch):
         comm.Free()
 
 
+@pytest.mark.parametrize("transport,variable", [("staged", "ALLREDUCE_STAGE_BYTES"), ("shm", "ALLREDUCE_SHM_MIN_BYTES"),
+                                                ("shm", "ALLREDUCE_SHM_MAX_BYTES"), ("shm", "ALLREDUCE_SHM_SLOT_BYTES")])
+def test_bad_transport_sizes_are_refused(monkeypatch, transport, variable):
+    monkeypatch.setenv("ALLREDUCE_TRANSPORT", transport)
+    monkeypatch.setenv(variable, "lots")
+    comm = MPI.COMM_SELF.Dup()  # read on a communicator's first use
+    try:
+        with pytest.raises(ValueError, match=f"{variable}='lots' must be a positive number of bytes"):
+            algorithms.allreduce(np.ones(3), comm=comm)
+    finally:
+        comm.Free()
+
+
+def test_transport_in_use_says_how_host_buffers_travel():
+    comm = MPI.COMM_SELF.Dup()
+    try:
+        assert algorithms.transport_in_use(np, comm) == (
+            "shared-memory within a node; MPI between nodes and for messages under 8 KiB and over 512 KiB")
+    finally:
+        comm.Free()
+
+
 def test_parse_size():
     assert parse_size("8") == 8
     assert parse_size("64K") == 65536

@@ -37,9 +37,11 @@ def test_bad_input_suite(ranks, tmp_path):
 
 def test_staged_transport_suite(tmp_path):
     """The staged (host-copy) transport that CuPy uses without CUDA-aware MPI, exercised on NumPy,
-    with 64 KiB segments so that long vectors take many pipelined (staged isend) messages."""
+    with 64 KiB segments so that long vectors take many pipelined (staged isend) messages, and
+    16 KiB chunks so that every larger blocking message goes through the double-buffered pipeline."""
     run_suite(3, "tests/mpi/test_correctness.py", tmp_path, timeout=300,
-              env={"ALLREDUCE_TRANSPORT": "staged", "ALLREDUCE_SEGMENT_BYTES": "65536"})
+              env={"ALLREDUCE_TRANSPORT": "staged", "ALLREDUCE_SEGMENT_BYTES": "65536",
+                   "ALLREDUCE_STAGE_BYTES": "16384"})
 
 
 def test_direct_transport_suite(tmp_path):
@@ -60,3 +62,18 @@ def test_shared_memory_transport_suite_with_small_slots(tmp_path):
 @pytest.mark.parametrize("ranks", [1, 2, 3, 5])
 def test_shared_memory_transport_on_its_own(ranks, tmp_path):
     run_suite(ranks, "tests/mpi/test_transport.py", tmp_path, timeout=120)
+
+
+def _gpus():
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount()
+    except Exception:
+        return 0
+
+
+@pytest.mark.skipif(_gpus() == 0, reason="no CUDA GPU visible to CuPy here; bench/gpu_check.sh is the GPU check")
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_device_buffer_suite(ranks, tmp_path):
+    run_suite(ranks, "tests/mpi/test_gpu.py", tmp_path, timeout=600)

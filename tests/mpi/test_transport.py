@@ -13,6 +13,7 @@ from mpi4py import MPI
 
 from algorithms.executor import WORKSPACE, Private
 from algorithms.shared_memory import SLOTS, SharedMemoryTransport
+from algorithms.transport import DirectTransport
 
 pytestmark = pytest.mark.mpi
 
@@ -27,7 +28,7 @@ def transport(comm, monkeypatch):
     monkeypatch.setenv("ALLREDUCE_SHM_MAX_BYTES", str(HIGH))
     private = Private(comm.Dup())
     try:
-        yield SharedMemoryTransport(private, np, WORKSPACE)
+        yield SharedMemoryTransport(private, np, WORKSPACE, DirectTransport)
     finally:
         private.free()
 
@@ -140,6 +141,6 @@ def test_slot_size_must_be_a_multiple_of_a_cache_line(comm, monkeypatch):
     private = Private(comm.Dup())
     try:
         with pytest.raises(ValueError, match="ALLREDUCE_SHM_SLOT_BYTES=1000 must be a multiple of 64"):
-            SharedMemoryTransport(private, np, WORKSPACE)
+            SharedMemoryTransport(private, np, WORKSPACE, DirectTransport)
     finally:
         private.free()
