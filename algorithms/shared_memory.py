@@ -1,26 +1,30 @@
-"""Shared-memory transport: ranks on one node pass messages through an MPI shared window.
+"""Shared-memory transport: ranks on one node pass messages through shared slots.
 
 The ranks of a node allocate one window together (``MPI_Win_allocate_shared``).
-Rank i's part of it holds, for every other rank j of the node, ``SLOTS`` slots of
-``SLOT_BYTES`` through which i sends to j, a counter of the pieces i has posted
-to j and a counter of the pieces i has consumed from j (one writer per counter,
-each on its own cache line). A message is cut into pieces of at most
-``SLOT_BYTES``: the sender copies piece p into slot p mod SLOTS once the receiver
-has consumed piece p - SLOTS, then bumps its posted counter; the receiver waits
-for that counter, copies the piece out and bumps its consumed counter.
-``MPI_Win_sync`` orders the data and the counters (the MPI-3 shared-memory model,
-MPI 4.1 section 12.7).
+Rank i's part of it holds, for every other rank j of the node, ``SLOTS`` slots
+through which i sends to j, a counter of the pieces i has posted to j and a
+counter of the pieces i has consumed from j (one writer per counter, each on its
+own cache line). A message is cut into pieces of at most a slot: the sender
+copies piece p into slot p mod SLOTS once the receiver has consumed piece
+p - SLOTS, then bumps its posted counter; the receiver waits for that counter,
+copies the piece out (or reduces straight from the slot) and bumps its consumed
+counter. ``MPI_Win_sync`` orders the data and the counters (the MPI-3
+shared-memory model, MPI 4.1 section 12.7). For CuPy buffers the slots are
+device memory that the node's ranks map by CUDA IPC (:mod:`.cuda_ipc`), and the
+stream is synchronized before a counter moves; the counters stay in the window.
 
 That is MPICH's intranode eager protocol without MPI's matching, request objects
-and handshakes, which dominate below a few hundred KiB. Larger messages
-(over ``ALLREDUCE_SHM_MAX_BYTES``, default 1 MiB) and messages to ranks on other
-nodes go through MPI, nonblocking, where MPICH copies large messages once,
-straight from the sender's memory (CMA).
+and handshakes, which dominate below a few hundred KiB. Host messages under
+``ALLREDUCE_SHM_MIN_BYTES`` (8 KiB, where MPICH's eager path is quicker) or over
+``ALLREDUCE_SHM_MAX_BYTES`` (512 KiB, where MPICH copies once, straight from the
+sender's memory, CMA), and messages to ranks on other nodes, go through MPI,
+nonblocking (device messages: ``ALLREDUCE_IPC_MIN_BYTES``/``_MAX_BYTES``, by default
+all of them through the slots).
 
 As with MPI messages on one communicator and tag, the messages from one rank to
 another arrive in the order they were sent, and a receive must name the size of
 its send (ours always do; a mismatch raises). Sends are buffered: they complete
-once copied into the window. Every wait makes progress on every pending message
+once copied into the slots. Every wait makes progress on every pending message
 of this transport, so programs that are correct under MPI's rules do not deadlock.
 """
 
@@ -157,55 +161,64 @@ def _slot(part, peer, k, slot_bytes):
     return part[start:start + slot_bytes]
 
 
-class _ShmSend:
-    """A message to a rank of this node, copied into its slots piece by piece."""
+class _ShmMessage:
+    """A message between two ranks of this node, moved piece by piece when it is the first
+    in its queue (messages between two ranks keep their order)."""
 
-    __slots__ = ("box", "peer", "raw", "offset", "done", "queue")
+    __slots__ = ("box", "peer", "size", "offset", "done", "queue")
 
-    def __init__(self, box, peer, raw, queue):
-        self.box, self.peer, self.raw, self.queue = box, peer, raw, queue
-        self.offset, self.done = 0, raw.size == 0
-
-    def step(self):
-        """Post as many pieces as there are free slots; True if any was posted."""
-        if self.queue[0] is not self:
-            return False
-        box, peer, raw = self.box, self.peer, self.raw
-        moved = False
-        while self.offset < raw.size and box.slot_free(peer):
-            self.offset, moved = box.post(peer, raw, self.offset), True
-        if self.offset >= raw.size:
-            self.done = True
-            self.queue.pop(0)
-        return moved
-
-
-class _ShmRecv:
-    """A message from a rank of this node, handed piece by piece to ``deliver(piece, start,
-    end)`` as it arrives (a copy into the receive buffer, or a reduction straight from the slot)."""
-
-    __slots__ = ("box", "peer", "size", "deliver", "offset", "done", "queue")
-
-    def __init__(self, box, peer, size, deliver, queue):
-        self.box, self.peer, self.size, self.deliver, self.queue = box, peer, size, deliver, queue
+    def __init__(self, box, peer, size, queue):
+        self.box, self.peer, self.size, self.queue = box, peer, size, queue
         self.offset, self.done = 0, size == 0
 
     def step(self):
-        """Take every piece that has arrived; True if any was taken."""
+        """Move every piece that can move now; True if any did."""
         if self.queue[0] is not self:
             return False
-        box, peer = self.box, self.peer
         moved = False
-        while self.offset < self.size and box.arrived(peer):
-            piece = box.incoming(peer, self.size, self.offset)
-            end = self.offset + piece.size
-            self.deliver(piece, self.offset, end)
-            box.release(peer)
-            self.offset, moved = end, True
+        while self.offset < self.size and self.ready():
+            self.offset, moved = self.move(), True
         if self.offset >= self.size:
             self.done = True
             self.queue.pop(0)
         return moved
+
+
+class _ShmSend(_ShmMessage):
+    """Copied into the peer's slots as they free up."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, box, peer, raw, queue):
+        super().__init__(box, peer, raw.size, queue)
+        self.raw = raw
+
+    def ready(self):
+        return self.box.slot_free(self.peer)
+
+    def move(self):
+        return self.box.post(self.peer, self.raw, self.offset)
+
+
+class _ShmRecv(_ShmMessage):
+    """Handed piece by piece to ``deliver(piece, start, end)`` as it arrives (a copy into the
+    receive buffer, or a reduction straight from the slot)."""
+
+    __slots__ = ("deliver",)
+
+    def __init__(self, box, peer, size, deliver, queue):
+        super().__init__(box, peer, size, queue)
+        self.deliver = deliver
+
+    def ready(self):
+        return self.box.arrived(self.peer)
+
+    def move(self):
+        piece = self.box.incoming(self.peer, self.size, self.offset)
+        end = self.offset + piece.size
+        self.deliver(piece, self.offset, end)
+        self.box.release(self.peer)
+        return end
 
 
 class _MpiMessage:
