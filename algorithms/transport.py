@@ -155,12 +155,8 @@ class StagedTransport:
         return host
 
     def _to_device(self, host, buf):
-        raw = buf.view(self.xp.uint8)
-        if is_device(self.xp):
-            raw.set(host)
-            stream_synchronize(self.xp)  # the host buffer is reused by the next message
-        else:
-            np.copyto(raw, host)
+        """``host``'s bytes into ``buf``, finished on return (the host buffer is reused)."""
+        self._copies.wait(self._copies.to_device(host[:buf.nbytes], buf.view(self.xp.uint8)))
 
     def send(self, buf, dest):
         if buf.nbytes > self.chunk_bytes:
@@ -249,11 +245,9 @@ class StagedTransport:
         return _Staged(request, host, self._spare, lambda: self._to_device(host[:buf.nbytes], buf))
 
     def _copy_out(self, buf, host):
-        raw = buf.view(self.xp.uint8)
-        if is_device(self.xp):
-            raw.get(out=host[:buf.nbytes])
-        else:
-            np.copyto(host[:buf.nbytes], raw)
+        """``buf``'s bytes into ``host``, after the device work queued before, finished on return."""
+        stream_synchronize(self.xp)
+        self._copies.wait(self._copies.to_host(buf.view(self.xp.uint8), host))
 
 
 class _Staged:
