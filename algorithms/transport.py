@@ -52,7 +52,6 @@ class DirectTransport:
     def __init__(self, private, xp, workspace):
         self.comm = private.comm
         self.xp = xp
-        self.name = "cuda-aware" if is_device(xp) else "host"
         self._settle = (lambda: stream_synchronize(xp)) if is_device(xp) else (lambda: None)
 
     note = None  # why this transport was chosen over CUDA IPC, when it was a fallback
@@ -131,7 +130,6 @@ class StagedTransport:
     (the device copies run on a stream of their own). Sender and receiver cut a message
     alike, since a receive has the size of its send."""
 
-    name = "staged"
     note = None
 
     def __init__(self, private, xp, workspace):

@@ -27,12 +27,16 @@ import numpy as np
 from mpi4py import MPI
 
 import algorithms
+from algorithms.arrays import stream_synchronize
 from algorithms.settings import size_text
 from topology.files import write_json_atomically, write_text_atomically
 
 from .check import check_expected, check_fill, wrong_elements
+from .collectives import AllReduce
 from .machine import describe
+from .report import bandwidths
 from .sizes import parse_size, sweep
+from .timing import time_calls
 
 ALGOS = tuple(algorithms.ALGORITHMS)
 PRIME = 1009
@@ -67,36 +71,25 @@ def check_correctness(comm, xp, tree_options, largest):
     return wrong, failures
 
 
-def synchronize(xp):
-    if xp is not np:
-        xp.cuda.get_current_stream().synchronize()
-
-
 def time_call(comm, xp, call, nbytes):
     """Seconds per call (slowest rank), after one warm-up, iterations scaled to the size."""
     iters = max(2, min(20, (256 << 20) // max(nbytes, 1)))
-    call()
-    synchronize(xp)
-    comm.Barrier()
-    start = MPI.Wtime()
-    for _ in range(iters):
-        call()
-    synchronize(xp)
-    return comm.allreduce((MPI.Wtime() - start) / iters, op=MPI.MAX)
+    seconds = time_calls(comm, call, iters, 1, settle=lambda: stream_synchronize(xp))
+    return comm.allreduce(seconds, op=MPI.MAX)
 
 
 def sweep_busbw(comm, xp, sizes, runs):
     """``runs``: name -> run(send, recv). Rows of time and bus bandwidth per name and size."""
-    n = comm.Get_size()
-    factor = 2.0 * (n - 1) / n if n > 1 else 0.0
+    factor = AllReduce.factor(comm.Get_size())
     rows = []
     for nbytes in sizes:
         send = xp.ones(nbytes // 4, xp.float32)
         recv = xp.empty_like(send)
         for name, run in runs.items():
             seconds = time_call(comm, xp, lambda: run(send, recv), nbytes)
+            algbw, busbw = bandwidths(nbytes, seconds, factor)
             rows.append({"algorithm": name, "bytes": nbytes, "time_us": seconds * 1e6,
-                         "algbw_GBps": nbytes / seconds / 1e9, "busbw_GBps": nbytes / seconds / 1e9 * factor})
+                         "algbw_GBps": algbw, "busbw_GBps": busbw})
     return rows
 
 
@@ -118,14 +111,9 @@ def copy_bandwidths(xp, sizes):
 
 
 def _copy_rate(xp, copy, nbytes):
+    """GB/s of ``copy`` on this rank alone."""
     iters = max(2, min(50, (1 << 30) // nbytes))
-    copy()
-    synchronize(xp)
-    start = MPI.Wtime()
-    for _ in range(iters):
-        copy()
-    synchronize(xp)
-    return nbytes * iters / (MPI.Wtime() - start) / 1e9
+    return nbytes / time_calls(MPI.COMM_SELF, copy, iters, 1, settle=lambda: stream_synchronize(xp)) / 1e9
 
 
 def transports_to_try(device):
