@@ -7,11 +7,14 @@
   matched from link bandwidths, ``bandwidth=``) and ``"rd"`` (recursive doubling).
 * ``reduce_scatter`` and ``all_gather``: the two halves of the ring, on their
   own; chunk layout from ``chunk_offsets``.
+* ``alloc_registered(count, dtype)`` / ``free_registered(vector)``: vectors in the
+  node's shared memory, which messages within the node read in place (no copy).
 * ``transport_in_use(xp)``: how messages travel (shared memory or CUDA IPC within a
   node, MPI direct or staged through host memory otherwise).
 """
 
-from .collectives import all_gather, allreduce, reduce_scatter, transport_in_use
+from .collectives import (alloc_registered, all_gather, allreduce, free_registered, reduce_scatter,
+                          transport_in_use)
 from .executor import WORKSPACE
 from .ops import DTYPES, OPS
 from .registry import ALGORITHMS
@@ -27,5 +30,5 @@ def free_workspace():
 __all__ = [
     "ALGORITHMS", "DTYPES", "OPS",
     "allreduce", "reduce_scatter", "all_gather",
-    "chunk_offsets", "free_workspace", "mpi_is_cuda_aware", "transport_in_use",
+    "alloc_registered", "free_registered", "chunk_offsets", "free_workspace", "mpi_is_cuda_aware", "transport_in_use",
 ]

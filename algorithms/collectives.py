@@ -6,14 +6,16 @@ arguments, so a mistake raises the same ``ValueError``/``TypeError`` on every
 rank instead of hanging. ``check`` itself must be the same on all ranks.
 """
 
+import numpy as np
 from mpi4py import MPI
 
 from . import ring
-from .agreement import agree
+from .agreement import FIELDS, agree
 from .arrays import array_module, check_vector, overlaps, same_memory
 from .executor import private_comm
 from .ops import DTYPES, OPS, check_op_dtype, dtype_index, op_index
 from .plans import tree_for
+from .registered import Registry
 from .registry import ALGORITHMS
 
 _KINDS = ("allreduce", "reduce_scatter", "all_gather")
@@ -111,6 +113,39 @@ def transport_in_use(xp, comm=None):
     ``comm``, in words: the transport, and why when CUDA IPC could not be used. Collective
     the first time for each communicator and module (it may set up shared memory)."""
     return private_comm(MPI.COMM_WORLD if comm is None else comm).transport(xp).describe()
+
+
+def alloc_registered(count, dtype="float32", comm=None):
+    """A ``count``-element NumPy vector (uninitialised) in memory the ranks of this node share,
+    which our collectives on ``comm`` send without copying it (:mod:`.registered`), like NCCL's
+    registered buffers. Collective over ``comm``; each rank may ask for its own ``count``; a bad
+    argument on any rank raises on every rank. Freed by :func:`free_registered`, or with
+    ``comm`` (at exit for COMM_WORLD)."""
+    private, problem = private_comm(MPI.COMM_WORLD if comm is None else comm), None
+    try:
+        dtype = np.dtype(dtype)
+        dtype_index(dtype)
+        if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
+            raise ValueError(f"count must be a non-negative integer, got {count!r}")
+    except (TypeError, ValueError) as exc:
+        problem = exc
+    agree(private.comm, "alloc_registered", problem, dict.fromkeys(FIELDS, 0), _describe)
+    return private.resource("registered", Registry).alloc(int(count) * dtype.itemsize).view(dtype)
+
+
+def free_registered(vector, comm=None):
+    """Free a vector from :func:`alloc_registered` on ``comm`` (collective; every rank passes
+    its own vector from the same call, else every rank raises). Every view of it becomes invalid."""
+    private = private_comm(MPI.COMM_WORLD if comm is None else comm)
+    registry = private.resource("registered", Registry)
+    index, problem = -1, None
+    try:
+        index = registry.index_of(vector)
+    except (TypeError, ValueError) as exc:
+        problem = exc
+    agree(private.comm, "free_registered", problem, {**dict.fromkeys(FIELDS, 0), "count": index},
+          lambda field, value: f"the vector of alloc_registered call {value}")
+    registry.unregister(index)
 
 
 def _result_buffer(sendbuf, recvbuf, count):

@@ -9,6 +9,13 @@ when ``count < N``. After the reduce-scatter, rank r holds the reduced chunk r.
 At step s of the reduce-scatter, rank r sends chunk (r-s-1) mod N to rank
 r+1 and receives chunk (r-s-2) mod N from rank r-1, which it reduces into its
 own copy. Each rank moves 2(N-1)/N * M bytes; T ~ 2(N-1) alpha + 2(N-1)/N * M/beta.
+
+Large chunks move in pieces (:func:`segment_offsets` of the largest chunk, the
+same count for every chunk). The all-reduce runs both phases on piece j of
+every chunk before piece j+1, as NCCL's ring does: a reduced piece is sent on
+while it is still in cache, so each rank reads and writes the vector about
+once, like a copy, instead of reading its reduced chunk back for a separate
+all-gather. Every element is still reduced in the same order.
 """
 
 from .layout import chunk_offsets, segment_offsets
@@ -16,27 +23,28 @@ from .layout import chunk_offsets, segment_offsets
 __all__ = ["chunk_offsets", "reduce_scatter", "all_gather", "allreduce"]
 
 
-def reduce_scatter(coll, src, partial, result):
-    """Ring reduce-scatter of ``src`` (read only) into ``result`` (this rank's chunk).
+def _pieces(offsets, parts, j):
+    """``[(lo, hi)]`` of piece j (of ``parts``) of every chunk, in chunk order."""
+    ranges = []
+    for lo, hi in zip(offsets, offsets[1:]):
+        cuts = chunk_offsets(hi - lo, parts)
+        ranges.append((lo + cuts[j], lo + cuts[j + 1]))
+    return ranges
 
-    Intermediate partial sums go to their chunk's place in ``partial`` (a
-    full-length vector, which may be ``src`` itself when in place), or to two
-    one-chunk scratch buffers in turn when ``partial`` is None. Each step moves its chunk
-    in segments (:func:`segment_offsets` of the largest chunk, the same count for
-    every chunk), each reduced as it arrives (:meth:`Collective.sendrecv_combine`).
-    """
+
+def _parts(offsets, itemsize):
+    return len(segment_offsets(offsets[1], itemsize)) - 1
+
+
+def _reduce_scatter_pieces(coll, src, partial, result, pieces):
+    """The N-1 reduce-scatter steps on one piece of every chunk; this rank's reduced piece
+    goes to ``result`` (a vector as long as it)."""
     n, rank = coll.size, coll.rank
-    offsets = chunk_offsets(src.size, n)
-    if n == 1:
-        coll.start_in(src, result)
-        return
     right, left = (rank + 1) % n, (rank - 1) % n
-    parts = len(segment_offsets(offsets[1], src.itemsize)) - 1
-    first = (rank - 1) % n
-    outgoing = src[offsets[first]:offsets[first + 1]]
+    lo, hi = pieces[(rank - 1) % n]
+    outgoing = src[lo:hi]
     for step in range(n - 1):
-        c = (rank - step - 2) % n
-        lo, hi = offsets[c], offsets[c + 1]
+        lo, hi = pieces[(rank - step - 2) % n]
         if step == n - 2:
             target = result
         elif partial is None:
@@ -44,33 +52,55 @@ def reduce_scatter(coll, src, partial, result):
             target = coll.scratch(src.dtype, hi - lo, f"ring-partial-{step % 2}")
         else:
             target = partial[lo:hi]
-        if parts == 1:
-            coll.sendrecv_combine(outgoing, right, src[lo:hi], left, target)
-        else:
-            out_cuts, in_cuts = chunk_offsets(outgoing.size, parts), chunk_offsets(hi - lo, parts)
-            for j in range(parts):
-                a, b = in_cuts[j], in_cuts[j + 1]
-                coll.sendrecv_combine(outgoing[out_cuts[j]:out_cuts[j + 1]], right,
-                                      src[lo + a:lo + b], left, target[a:b])
+        coll.sendrecv_combine(outgoing, right, src[lo:hi], left, target)
         outgoing = target
 
 
-def all_gather(coll, buf):
-    """Ring all-gather in place: ``buf`` holds this rank's chunk at its place and ends whole.
-
-    At step s rank r forwards chunk (r-s) mod N to rank r+1 and receives
-    chunk (r-s-1) mod N from rank r-1.
-    """
+def _all_gather_pieces(coll, buf, pieces):
+    """The N-1 all-gather steps on one piece of every chunk of ``buf``: at step s rank r
+    forwards piece (r-s) mod N to rank r+1 and receives piece (r-s-1) mod N from r-1."""
     n, rank = coll.size, coll.rank
-    offsets = chunk_offsets(buf.size, n)
     right, left = (rank + 1) % n, (rank - 1) % n
     for step in range(n - 1):
-        s, r = (rank - step) % n, (rank - step - 1) % n
-        coll.sendrecv(buf[offsets[s]:offsets[s + 1]], right, buf[offsets[r]:offsets[r + 1]], left)
+        (slo, shi), (rlo, rhi) = pieces[(rank - step) % n], pieces[(rank - step - 1) % n]
+        coll.sendrecv(buf[slo:shi], right, buf[rlo:rhi], left)
+
+
+def reduce_scatter(coll, src, partial, result):
+    """Ring reduce-scatter of ``src`` (read only) into ``result`` (this rank's chunk).
+
+    Intermediate partial sums go to their chunk's place in ``partial`` (a
+    full-length vector, which may be ``src`` itself when in place), or to two
+    one-piece scratch buffers in turn when ``partial`` is None. Each piece is
+    reduced as it arrives (:meth:`Collective.sendrecv_combine`).
+    """
+    n = coll.size
+    offsets = chunk_offsets(src.size, n)
+    if n == 1:
+        coll.start_in(src, result)
+        return
+    parts = _parts(offsets, src.itemsize)
+    cuts = chunk_offsets(result.size, parts)
+    for j in range(parts):
+        _reduce_scatter_pieces(coll, src, partial, result[cuts[j]:cuts[j + 1]],
+                               _pieces(offsets, parts, j))
+
+
+def all_gather(coll, buf):
+    """Ring all-gather in place: ``buf`` holds this rank's chunk at its place and ends whole."""
+    if coll.size > 1:
+        _all_gather_pieces(coll, buf, _pieces(chunk_offsets(buf.size, coll.size), 1, 0))
 
 
 def allreduce(coll, sendbuf, recvbuf):
-    offsets = chunk_offsets(sendbuf.size, coll.size)
-    own = recvbuf[offsets[coll.rank]:offsets[coll.rank + 1]]
-    reduce_scatter(coll, sendbuf, recvbuf, own)
-    all_gather(coll, recvbuf)
+    n = coll.size
+    if n == 1:
+        coll.start_in(sendbuf, recvbuf)
+        return
+    offsets = chunk_offsets(sendbuf.size, n)
+    parts = _parts(offsets, sendbuf.itemsize)
+    for j in range(parts):
+        pieces = _pieces(offsets, parts, j)
+        lo, hi = pieces[coll.rank]
+        _reduce_scatter_pieces(coll, sendbuf, recvbuf, recvbuf[lo:hi], pieces)
+        _all_gather_pieces(coll, recvbuf, pieces)

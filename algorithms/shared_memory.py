@@ -26,6 +26,12 @@ another arrive in the order they were sent, and a receive must name the size of
 its send (ours always do; a mismatch raises). Sends are buffered: they complete
 once copied into the slots. Every wait makes progress on every pending message
 of this transport, so programs that are correct under MPI's rules do not deadlock.
+
+A message of over one slot from a registered vector (:mod:`.registered`) is not
+copied: its one label says where the vector lies, the receiver reads it in place,
+and the send completes once the receiver has consumed it. Once a communicator has
+registered vectors, messages of every size within the node go through the mailboxes
+(the receiver cannot tell whether a large message comes from registered memory).
 """
 
 import os
@@ -34,6 +40,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .arrays import is_device, stream_synchronize
+from .registered import Registry, decode, encode
 from .settings import env_bytes, size_text
 from .transport import TAG
 
@@ -53,8 +60,9 @@ class Mailboxes:
     For CuPy (``xp``) the slots are device memory mapped into every rank of the node by
     CUDA IPC (:class:`.cuda_ipc.DeviceSlots`) and the window holds only the counters."""
 
-    def __init__(self, comm, xp=np):
+    def __init__(self, comm, xp=np, registry=None):
         variable, default = SLOT_SIZES[xp.__name__]
+        self.registry = registry
         self.slot_bytes = env_bytes(variable, default)
         if self.slot_bytes % LINE:
             raise ValueError(f"{variable}={self.slot_bytes} must be a multiple of {LINE}")
@@ -123,6 +131,25 @@ class Mailboxes:
         self.posted[peer][0] = piece + 1
         return end
 
+    def post_direct(self, peer, raw, where):
+        """Post the whole message ``raw``, which lies at ``where`` (window index, offset) in
+        registered memory, by its label alone (:meth:`slot_free` first); return its piece
+        number, for :meth:`taken`."""
+        piece = self.posted[peer][0]
+        label = self.out_labels[peer][piece % SLOTS]
+        label[0] = raw.size
+        label[1] = encode(*where)
+        self.win.Sync()  # the vector and its label before the counter
+        self.posted[peer][0] = piece + 1
+        return piece
+
+    def taken(self, peer, piece):
+        """Whether ``peer`` has consumed piece number ``piece`` (so its memory may change)."""
+        if self.peer_consumed[peer][0] > piece:
+            self.win.Sync()  # the counter before any later write to the vector
+            return True
+        return False
+
     def arrived(self, peer):
         """Whether the next piece from ``peer`` is posted."""
         return self.peer_posted[peer][0] > self.consumed[peer][0]
@@ -133,6 +160,9 @@ class Mailboxes:
         self.win.Sync()  # the counter before the piece
         k = self.consumed[peer][0] % SLOTS
         label = self.in_labels[peer][k]
+        if label[1] < 0 and label[0] == size and offset == 0:  # the sender's registered vector
+            index, start = decode(int(label[1]))
+            return self.registry.view(index, peer, start, size)
         if label[0] != size or label[1] != offset:
             raise RuntimeError(
                 f"shared-memory transport: expected bytes {offset}.. of a {size}-byte message, "
@@ -198,6 +228,28 @@ class _ShmSend(_ShmMessage):
 
     def move(self):
         return self.box.post(self.peer, self.raw, self.offset)
+
+
+class _ShmDirectSend(_ShmMessage):
+    """A registered vector, posted by its label and read in place by the peer; done once
+    the peer has consumed it."""
+
+    __slots__ = ("raw", "where", "piece")
+
+    def __init__(self, box, peer, raw, where, queue):
+        super().__init__(box, peer, raw.size, queue)
+        self.raw, self.where, self.piece = raw, where, None
+
+    def step(self):
+        box, moved = self.box, False
+        if self.piece is None:
+            if self.queue[0] is not self or not box.slot_free(self.peer):
+                return False
+            self.piece, moved = box.post_direct(self.peer, self.raw, self.where), True
+            self.queue.pop(0)
+        if box.taken(self.peer, self.piece):
+            self.done = moved = True
+        return moved
 
 
 class _ShmRecv(_ShmMessage):
@@ -271,7 +323,10 @@ class SharedMemoryTransport:
         self.mpi = mpi(private, xp, workspace)
         self.comm = private.comm
         self.workspace = workspace
-        self.box = private.resource(f"mailboxes-{xp.__name__}", lambda comm: Mailboxes(comm, xp))
+        # vectors registered on this communicator (host only); built empty, without communicating
+        self.registry = private.resource("registered", Registry) if self.host else None
+        self.registered = self.registry.windows if self.host else {}
+        self.box = private.resource(f"mailboxes-{xp.__name__}", lambda comm: Mailboxes(comm, xp, self.registry))
         self.local = self.box.local
         self.outgoing = {}  # node rank -> sends not yet fully posted, in order
         self.incoming = {}  # node rank -> receives not yet complete, in order
@@ -280,13 +335,17 @@ class SharedMemoryTransport:
     def _node_rank(self, rank, nbytes):
         """The node rank of ``rank`` if a message of ``nbytes`` to or from it goes through
         shared memory, else None (MPI)."""
-        return self.local.get(rank) if self.min_bytes <= nbytes <= self.max_bytes else None
+        high = self.max_bytes if not self.registered else 1 << 62
+        return self.local.get(rank) if self.min_bytes <= nbytes <= high else None
 
     def _start_send(self, raw, dest):
         peer = self._node_rank(dest, raw.size)
         if peer is None:
             return self._started(_MpiMessage(self.mpi.isend(raw, dest)))
         queue = self._queue(self.outgoing, peer)
+        where = self.registry.locate(raw) if self.registered and raw.size > self.box.slot_bytes else None
+        if where is not None:
+            return self._queued(_ShmDirectSend(self.box, peer, raw, where, queue), queue)
         return self._queued(_ShmSend(self.box, peer, raw, queue), queue)
 
     def _start_recv(self, size, source, deliver):
@@ -353,7 +412,8 @@ class SharedMemoryTransport:
         through MPI (so blocking MPI calls are safe), else None."""
         if self.pending:
             return None
-        low, high, local = self.min_bytes, self.max_bytes, self.local
+        low, local = self.min_bytes, self.local
+        high = self.max_bytes if not self.registered else 1 << 62
         out = local.get(dest) if low <= send_bytes <= high else None
         into = local.get(source) if low <= recv_bytes <= high else None
         if out is None and into is None:
@@ -422,8 +482,11 @@ class SharedMemoryTransport:
         low, high = size_text(self.min_bytes), size_text(self.max_bytes)
         through = (f"under {low}" if self.min_bytes > 1 else "") + (
             f"{' and ' if self.min_bytes > 1 else ''}over {high}" if self.max_bytes < 1 << 62 else "")
-        return (f"{self.name} within a node; {self.mpi.describe()} between nodes"
+        text = (f"{self.name} within a node; {self.mpi.describe()} between nodes"
                 + (f" and for messages {through}" if through else ""))
+        if self.registered:
+            text += f"; {len(self.registered)} registered vector(s), read in place (every size over {low})"
+        return text
 
     def isend(self, buf, dest):
         """Start sending ``buf``; the returned handle's ``Wait()`` ends it (``buf`` untouched until then)."""

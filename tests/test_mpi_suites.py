@@ -64,6 +64,11 @@ def test_shared_memory_transport_on_its_own(ranks, tmp_path):
     run_suite(ranks, "tests/mpi/test_transport.py", tmp_path, timeout=120)
 
 
+@pytest.mark.parametrize("ranks", [1, 2, 3, 5])
+def test_registered_vectors_suite(ranks, tmp_path):
+    run_suite(ranks, "tests/mpi/test_registered.py", tmp_path, timeout=240)
+
+
 def _gpus():
     try:
         import cupy

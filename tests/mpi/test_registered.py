@@ -1,0 +1,194 @@
+"""Registered vectors (``alloc_registered``) under mpiexec: messages from them are read in
+place by the receiver, every byte arrives, a send from one completes only once it was read,
+every algorithm gives the exact reduction on them, and bad calls raise on every rank.
+
+The transport tests use small slots (256 bytes) so that vectors of a few KiB are read in
+place and messages beside them take many pieces; the algorithm tests use the defaults.
+"""
+
+import numpy as np
+import pytest
+from conftest import counts_for, numpy_reference, options, rank_input, wrong_elements
+from mpi4py import MPI
+
+import algorithms
+from algorithms.executor import WORKSPACE, Private
+from algorithms.registered import Registry
+from algorithms.shared_memory import SharedMemoryTransport
+from algorithms.transport import DirectTransport
+
+pytestmark = pytest.mark.mpi
+
+SLOT = 256
+SIZES = [1, SLOT, SLOT + 1, 3 * SLOT + 5, 5000, 40000]
+
+
+@pytest.fixture
+def private(comm, monkeypatch):
+    monkeypatch.setenv("ALLREDUCE_SHM_SLOT_BYTES", str(SLOT))
+    monkeypatch.setenv("ALLREDUCE_SHM_MIN_BYTES", "64")
+    monkeypatch.setenv("ALLREDUCE_SHM_MAX_BYTES", "4096")
+    private = Private(comm.Dup())
+    try:
+        yield private
+    finally:
+        private.free()
+
+
+def counting_direct_posts(transport):
+    """Count the messages posted by label alone (read in place by the receiver)."""
+    box, posts = transport.box, []
+    plain = box.post_direct
+
+    def post_direct(peer, raw, where):
+        posts.append(raw.size)
+        return plain(peer, raw, where)
+    box.post_direct = post_direct
+    return posts
+
+
+def message(source, dest, index, nbytes):
+    return ((np.arange(nbytes) * 31 + source * 7 + dest * 3 + index * 11) % 251).astype(np.uint8)
+
+
+def test_all_pairs_from_registered_and_plain_vectors(comm, private):
+    """Every rank sends every size to every other rank at once, half of them from one
+    registered vector, half from plain arrays; receives go half into a registered vector.
+    Registered messages over one slot must be read in place, and every byte must arrive."""
+    rank, size = comm.rank, comm.size
+    transport = SharedMemoryTransport(private, np, WORKSPACE, DirectTransport)
+    registry = private.resource("registered", Registry)
+    assert registry is transport.registry
+    peers = [p for p in range(size) if p != rank]
+    total = sum(SIZES) * max(len(peers), 1)
+    outbox, inbox = registry.alloc(total), registry.alloc(total)
+    posts = counting_direct_posts(transport)
+    sends, receives, expected, at_out, at_in = [], [], {}, 0, 0
+    for p in np.random.default_rng(rank).permutation(peers).tolist():
+        for i, n in enumerate(SIZES):
+            got = inbox[at_in:at_in + n] if i % 2 else np.full(n, 255, np.uint8)
+            at_in += n
+            expected[p, i] = got
+            receives.append(transport.irecv(got, p))
+    for p in peers:
+        for i, n in enumerate(SIZES):
+            if i % 2 == 0:
+                buf = outbox[at_out:at_out + n]
+                at_out += n
+                buf[:] = message(rank, p, i, n)
+            else:
+                buf = message(rank, p, i, n)
+            sends.append(transport.isend(buf, p))
+    for r in receives + sends:
+        r.Wait()
+    wrong = [(p, SIZES[i]) for (p, i), got in expected.items() if not np.array_equal(got, message(p, rank, i, SIZES[i]))]
+    assert wrong == []
+    in_place = sorted(n for i, n in enumerate(SIZES) if i % 2 == 0 and n > SLOT) * len(peers)
+    assert sorted(posts) == sorted(in_place)
+    assert "2 registered vector(s), read in place" in transport.describe()
+
+
+def test_a_send_from_a_registered_vector_ends_only_once_read(comm, private):
+    """The rendezvous: rank 0's send stays pending while rank 1 has not received, and what
+    rank 1 gets is the vector as it was sent, although rank 0 overwrites it right after."""
+    if comm.size < 2:
+        pytest.skip("needs two ranks")
+    transport = SharedMemoryTransport(private, np, WORKSPACE, DirectTransport)
+    vector = private.resource("registered", Registry).alloc(10 * SLOT)
+    original = message(0, 1, 0, vector.size)
+    if comm.rank == 0:
+        vector[:] = original
+        handle = transport.isend(vector, 1)
+        deadline = MPI.Wtime() + 0.05
+        pending_throughout = True
+        while MPI.Wtime() < deadline:
+            pending_throughout &= not handle.Test()
+        comm.send(pending_throughout, dest=1, tag=98)
+        handle.Wait()
+        vector[:] = 0
+        comm.Barrier()
+    elif comm.rank == 1:
+        assert comm.recv(source=0, tag=98) is True
+        got = np.zeros(vector.size, np.uint8)
+        transport.recv(got, 0)
+        comm.Barrier()
+        assert np.array_equal(got, original)
+    else:
+        comm.Barrier()
+
+
+@pytest.mark.parametrize("count", [100, 1000, 5000])
+def test_sendrecv_combine_reads_the_registered_vector(comm, private, count):
+    """Around the ring: out = mine + the left neighbour's registered vector, reduced in place."""
+    rank, size = comm.rank, comm.size
+    transport = SharedMemoryTransport(private, np, WORKSPACE, DirectTransport)
+    mine = private.resource("registered", Registry).alloc(4 * count).view(np.float32)
+    posts = counting_direct_posts(transport)
+
+    def vector(r):
+        return (np.arange(count, dtype=np.float32) % 97) * (r + 1)
+    mine[:] = vector(rank)
+    out = np.full(count, -1, np.float32)
+    transport.sendrecv_combine(mine, (rank + 1) % size, vector(rank) * 2, (rank - 1) % size, out,
+                               lambda a, b, o: np.add(a, b, out=o))
+    assert np.array_equal(out, vector(rank) * 2 + vector((rank - 1) % size))
+    assert posts == [mine.nbytes]  # to itself too, on one rank
+
+
+ALGOS = ["ring", "tree", "bamtree", "ps", "rd"]
+
+
+@pytest.mark.parametrize("algorithm", ALGOS)
+@pytest.mark.parametrize("dtype", ["int32", "float64"])
+def test_allreduce_on_registered_vectors_is_exact(comm, algorithm, dtype):
+    """Out of place, in place, and registered beside plain, at sizes from 0 to past several
+    1 MiB segments: bit for bit NumPy's reduction of small integers."""
+    size = comm.size
+    for count in counts_for(size):
+        expected = numpy_reference(dtype, "sum", count, size)
+        send = algorithms.alloc_registered(count, dtype)
+        recv = algorithms.alloc_registered(count, dtype)
+        try:
+            for target in (recv, None, np.empty(count, dtype)):
+                send[:] = rank_input(dtype, "sum", count, comm.rank, size)
+                result = algorithms.allreduce(send, target, algorithm=algorithm, **options(algorithm, size))
+                assert wrong_elements(result, expected) == 0, (count, "in place" if target is None else target is recv)
+        finally:
+            algorithms.free_registered(recv)
+            algorithms.free_registered(send)
+
+
+def test_reduce_scatter_and_all_gather_on_registered_vectors(comm):
+    rank, size = comm.rank, comm.size
+    count = 700_001
+    send = algorithms.alloc_registered(count, "int32")
+    whole = algorithms.alloc_registered(count, "int32")
+    try:
+        send[:] = rank_input("int32", "sum", count, rank, size)
+        offsets = algorithms.chunk_offsets(count, size)
+        mine = whole[offsets[rank]:offsets[rank + 1]]
+        algorithms.reduce_scatter(send, mine)
+        expected = numpy_reference("int32", "sum", count, size)
+        assert wrong_elements(mine, expected[offsets[rank]:offsets[rank + 1]]) == 0
+        algorithms.all_gather(whole)
+        assert wrong_elements(whole, expected) == 0
+    finally:
+        algorithms.free_registered(whole)
+        algorithms.free_registered(send)
+
+
+def test_bad_registration_calls_raise_on_every_rank(comm):
+    with pytest.raises(ValueError, match="alloc_registered: count must be a non-negative integer"):
+        algorithms.alloc_registered(-1 if comm.rank == comm.size - 1 else 10)
+    with pytest.raises(TypeError, match="unsupported dtype complex128"):
+        algorithms.alloc_registered(10, "complex128")
+    with pytest.raises(ValueError, match="not a vector from alloc_registered"):
+        algorithms.free_registered(np.zeros(3, np.float32))
+    a, b = algorithms.alloc_registered(10), algorithms.alloc_registered(10)
+    if comm.size > 1:
+        with pytest.raises(ValueError, match="ranks disagree"):
+            algorithms.free_registered(a if comm.rank == 0 else b)
+    algorithms.free_registered(a)
+    with pytest.raises(ValueError, match="freed already"):
+        algorithms.free_registered(a)
+    algorithms.free_registered(b)
