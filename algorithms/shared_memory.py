@@ -30,8 +30,10 @@ of this transport, so programs that are correct under MPI's rules do not deadloc
 A message of over one slot from a registered vector (:mod:`.registered`) is not
 copied: its one label says where the vector lies, the receiver reads it in place,
 and the send completes once the receiver has consumed it. Once a communicator has
-registered vectors, messages of every size within the node go through the mailboxes
-(the receiver cannot tell whether a large message comes from registered memory).
+registered vectors, a receiver cannot tell whether a large message comes from one, so
+every message within the node is announced in the mailboxes: one over
+``ALLREDUCE_SHM_MAX_BYTES`` from plain memory by a label saying that it follows
+through MPI (single copy, as before), which the receiver then posts.
 """
 
 import os
@@ -47,6 +49,7 @@ from .transport import TAG
 
 SLOTS = 4
 LINE = 64  # bytes per counter: one cache line each
+VIA_MPI = -(1 << 62)  # a label's offset saying "this message follows through MPI"
 SPINS_BEFORE_YIELD = 64  # idle polls before a wait gives its core away (oversubscribed runs)
 
 
@@ -135,10 +138,15 @@ class Mailboxes:
         """Post the whole message ``raw``, which lies at ``where`` (window index, offset) in
         registered memory, by its label alone (:meth:`slot_free` first); return its piece
         number, for :meth:`taken`."""
+        return self.post_label(peer, raw.size, encode(*where))
+
+    def post_label(self, peer, size, value):
+        """Post a label alone (:meth:`slot_free` first): ``size`` and ``value`` in place of
+        a piece's offset; return its piece number."""
         piece = self.posted[peer][0]
         label = self.out_labels[peer][piece % SLOTS]
-        label[0] = raw.size
-        label[1] = encode(*where)
+        label[0] = size
+        label[1] = value
         self.win.Sync()  # the vector and its label before the counter
         self.posted[peer][0] = piece + 1
         return piece
@@ -156,12 +164,15 @@ class Mailboxes:
 
     def incoming(self, peer, size, offset):
         """The next piece from ``peer`` (:meth:`arrived` first), which must be bytes ``offset..``
-        of a ``size``-byte message; :meth:`release` hands its slot back once it is read."""
+        of a ``size``-byte message (the whole of it when read in place; None when it follows
+        through MPI); :meth:`release` hands its slot back once it is read."""
         self.win.Sync()  # the counter before the piece
         k = self.consumed[peer][0] % SLOTS
         label = self.in_labels[peer][k]
-        if label[1] < 0 and label[0] == size and offset == 0:  # the sender's registered vector
-            index, start = decode(int(label[1]))
+        if label[1] < 0 and label[0] == size and offset == 0:
+            if label[1] == VIA_MPI:
+                return None
+            index, start = decode(int(label[1]))  # the sender's registered vector
             return self.registry.view(index, peer, start, size)
         if label[0] != size or label[1] != offset:
             raise RuntimeError(
@@ -252,25 +263,67 @@ class _ShmDirectSend(_ShmMessage):
         return moved
 
 
+class _ShmViaMpiSend(_ShmMessage):
+    """A large message from plain memory while vectors are registered: announced by a label,
+    then sent through MPI."""
+
+    __slots__ = ("start", "request")
+
+    def __init__(self, box, peer, size, start, queue):
+        super().__init__(box, peer, size, queue)
+        self.start, self.request = start, None
+
+    def step(self):
+        moved = False
+        if self.request is None:
+            if self.queue[0] is not self or not self.box.slot_free(self.peer):
+                return False
+            self.box.post_label(self.peer, self.size, VIA_MPI)
+            self.queue.pop(0)
+            self.request, moved = self.start(), True
+        if self.request.Test():
+            self.done = moved = True
+        return moved
+
+
 class _ShmRecv(_ShmMessage):
     """Handed piece by piece to ``deliver(piece, start, end)`` as it arrives (a copy into the
-    receive buffer, or a reduction straight from the slot)."""
+    receive buffer, or a reduction straight from the slot). When the label says the message
+    follows through MPI, ``by_mpi()`` starts receiving it and returns (request, buffer to
+    deliver from once it completes, or None when it lands in place)."""
 
-    __slots__ = ("deliver",)
+    __slots__ = ("deliver", "by_mpi", "request", "staged")
 
-    def __init__(self, box, peer, size, deliver, queue):
+    def __init__(self, box, peer, size, deliver, queue, by_mpi):
         super().__init__(box, peer, size, queue)
-        self.deliver = deliver
+        self.deliver, self.by_mpi, self.request, self.staged = deliver, by_mpi, None, None
 
     def ready(self):
         return self.box.arrived(self.peer)
 
     def move(self):
         piece = self.box.incoming(self.peer, self.size, self.offset)
+        if piece is None:
+            self.box.release(self.peer)
+            self.request, self.staged = self.by_mpi()
+            return self.size
         end = self.offset + piece.size
         self.deliver(piece, self.offset, end)
         self.box.release(self.peer)
         return end
+
+    def step(self):
+        moved = False
+        if self.request is None:
+            moved = super().step()
+            if self.request is None:
+                return moved
+            self.done = False  # announced and taken from the queue; MPI still delivering
+        if self.request.Test():
+            if self.staged is not None:
+                self.deliver(self.staged, 0, self.size)
+            self.done = moved = True
+        return moved
 
 
 class _MpiMessage:
@@ -346,12 +399,24 @@ class SharedMemoryTransport:
         where = self.registry.locate(raw) if self.registered and raw.size > self.box.slot_bytes else None
         if where is not None:
             return self._queued(_ShmDirectSend(self.box, peer, raw, where, queue), queue)
+        if raw.size > self.max_bytes:
+            return self._queued(_ShmViaMpiSend(self.box, peer, raw.size, lambda: self.mpi.isend(raw, dest),
+                                               queue), queue)
         return self._queued(_ShmSend(self.box, peer, raw, queue), queue)
 
-    def _start_recv(self, size, source, deliver):
+    def _start_recv(self, size, source, deliver, into=None):
+        """Receive ``size`` bytes from ``source`` through the mailboxes, handing them to
+        ``deliver``; a message that follows through MPI lands in ``into`` (or scratch, then
+        ``deliver``)."""
         peer = self._node_rank(source, size)
         queue = self._queue(self.incoming, peer)
-        return self._queued(_ShmRecv(self.box, peer, size, deliver, queue), queue)
+
+        def by_mpi():
+            if into is not None:
+                return self.mpi.irecv(into, source), None
+            staged = self.workspace.get(self.xp, np.uint8, size, "shm-via-mpi")
+            return self.mpi.irecv(staged, source), staged
+        return self._queued(_ShmRecv(self.box, peer, size, deliver, queue, by_mpi), queue)
 
     @staticmethod
     def _queue(queues, peer):
@@ -376,7 +441,7 @@ class SharedMemoryTransport:
 
         def copy(piece, start, end):
             self.xp.copyto(raw[start:end], piece)
-        return self._start_recv(raw.size, source, copy)
+        return self._start_recv(raw.size, source, copy, raw)
 
     def progress(self):
         """One pass over every pending message; True if any moved."""

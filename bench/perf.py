@@ -34,6 +34,7 @@ from .sizes import parse_size, sweep
 
 ALGOS = ("ring", "tree", "ps", "rd")
 REGISTERED = ("ring", "tree")  # also timed on vectors from algorithms.alloc_registered, as "<algo>_reg"
+IN_PLACE = "ring_reg_inplace"  # and the ring in place on one, as nccl-tests' in-place columns
 MIB = 1 << 20
 
 
@@ -160,12 +161,13 @@ def main(argv=None):
         rx[:] = 1
         for algo in REGISTERED:
             calls[f"{algo}_reg"] = functools.partial(algorithms.allreduce, rx, ry, algorithm=algo, check=False)
+        calls[IN_PLACE] = functools.partial(algorithms.allreduce, ry, None, algorithm="ring", check=False)
         row.update({f"{name}_s": seconds for name, seconds in timed(comm, calls, iters, 3, args.repeats).items()})
         algorithms.free_registered(ry)
         algorithms.free_registered(rx)
         row["copy_GBps"] = comm.bcast(copy_bandwidth(count * 4, args.repeats) if comm.Get_rank() == 0 else None)
         row["copy_all_ranks_GBps"] = copy_bandwidth(count * 4, args.repeats, comm)
-        for key in ("native", *ALGOS, *(f"{a}_reg" for a in REGISTERED)):
+        for key in ("native", *ALGOS, *(f"{a}_reg" for a in REGISTERED), IN_PLACE):
             row[f"{key}_busbw"] = row["bytes"] / row[f"{key}_s"] / 1e9 * factor
         rows.append(row)
         if comm.Get_rank() == 0:
@@ -214,6 +216,8 @@ def targets(data):
     ratio_check("ring busbw >= 0.5x copy bandwidth, 16..256 MiB", 16 << 20, 256 << 20, "ring_busbw", "copy_GBps", 0.5)
     ratio_check("ring busbw >= 0.5x copy bandwidth on registered vectors, 16..256 MiB", 16 << 20, 256 << 20,
                 "ring_reg_busbw", "copy_GBps", 0.5)
+    ratio_check("ring busbw >= 0.5x copy bandwidth, registered, in place, 16..256 MiB", 16 << 20, 256 << 20,
+                f"{IN_PLACE}_busbw", "copy_GBps", 0.5)
     small = rows.get(8)
     if small:
         best = min(small[f"{a}_s"] for a in ALGOS)
@@ -237,28 +241,30 @@ def targets(data):
 
 
 def _label(column):
-    return column.replace("_reg", " reg")
+    return column.replace("_reg", " reg").replace("_inplace", " in place")
 
 
 def markdown(data):
     m = data["machine"]
     memory = data["peak_memory"]
-    columns = ["native", *ALGOS, *(f"{a}_reg" for a in REGISTERED)]
+    columns = ["native", *ALGOS, *(f"{a}_reg" for a in REGISTERED), IN_PLACE]
     lines = [f"# Performance, {data['ranks']} ranks{' (oversubscribed: reference only)' if data['oversubscribed'] else ''}",
              "", f"{data['date']}, commit {m['commit']}, {m['cpu']} ({m['cores']} cores), {m['mpi'].split()[0]} "
-             f"{m['mpi'].split()[-1]}, malloc env: {m['env']}. float32 sum, out of place, check=False, "
+             f"{m['mpi'].split()[-1]}, malloc env: {m['env']}. float32 sum, out of place unless marked, check=False, "
              "median of repeats; busbw in GB/s. \"reg\": on registered vectors (`algorithms.alloc_registered`, "
-             "read in place by the peer, like nccl-tests -R); the others on plain NumPy arrays.", "",
+             "read in place by the peer, like nccl-tests -R); \"in place\": recvbuf is sendbuf; the others on "
+             "plain NumPy arrays.", "",
              "| bytes | " + " | ".join(f"{_label(c)} (us)" for c in columns) + " | ring checked (us) | "
              + " | ".join(f"{_label(c)} busbw" for c in columns) + " | ring/native | tree/ring | copy GB/s | ring/copy "
-             "| copy, all ranks at once GB/s | ring/that | ring reg/copy | tree reg/ring reg |",
-             "|---:|" + "---:|" * (2 * len(columns) + 9)]
+             "| copy, all ranks at once GB/s | ring/that | ring reg/copy | ring reg in place/copy | tree reg/ring reg |",
+             "|---:|" + "---:|" * (2 * len(columns) + 10)]
     for r in data["rows"]:
         cells = [str(r["bytes"]), *(f"{r[f'{c}_s'] * 1e6:.1f}" for c in columns), f"{r['ring_checked_s'] * 1e6:.1f}",
                  *(f"{r[f'{c}_busbw']:.2f}" for c in columns), f"{r['ring_busbw'] / r['native_busbw']:.2f}",
                  f"{r['tree_busbw'] / r['ring_busbw']:.2f}", f"{r['copy_GBps']:.1f}",
                  f"{r['ring_busbw'] / r['copy_GBps']:.2f}", f"{r['copy_all_ranks_GBps']:.1f}",
                  f"{r['ring_busbw'] / r['copy_all_ranks_GBps']:.2f}", f"{r['ring_reg_busbw'] / r['copy_GBps']:.2f}",
+                 f"{r[f'{IN_PLACE}_busbw'] / r['copy_GBps']:.2f}",
                  f"{r['tree_reg_busbw'] / r['ring_reg_busbw']:.2f}"]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", f"Per-call Python overhead (8 B on a one-rank communicator, minus a bare copy): "

@@ -304,11 +304,11 @@ def test_perf_benchmark_writes_every_target(tmp_path):
                       parse_constant=lambda name: pytest.fail(f"perf.json holds {name}, which is not JSON"))
     assert [r["bytes"] for r in data["rows"]] == [8, 32768, 65536]
     for row in data["rows"]:
-        for name in ("native", "ring", "tree", "ps", "rd", "ring_checked", "ring_reg", "tree_reg"):
+        for name in ("native", "ring", "tree", "ps", "rd", "ring_checked", "ring_reg", "tree_reg", "ring_reg_inplace"):
             assert row[f"{name}_s"] > 0, (name, row)
         assert row["copy_GBps"] > 0 and row["copy_all_ranks_GBps"] > 0
     targets = {t["target"]: t for t in data["targets"]}
-    assert len(targets) == 10
+    assert len(targets) == 11
     assert targets["ring busbw >= 1.0x native, 256 KiB..256 MiB"]["holds"] is False  # no size in range
     assert set(data["steady_state_python_bytes"]) == {"ring", "tree", "ps", "rd"}
     text = (tmp_path / "perf.md").read_text()

@@ -14,7 +14,7 @@ from mpi4py import MPI
 import algorithms
 from algorithms.executor import WORKSPACE, Private
 from algorithms.registered import Registry
-from algorithms.shared_memory import SharedMemoryTransport
+from algorithms.shared_memory import VIA_MPI, SharedMemoryTransport
 from algorithms.transport import DirectTransport
 
 pytestmark = pytest.mark.mpi
@@ -47,6 +47,19 @@ def counting_direct_posts(transport):
     return posts
 
 
+def counting_via_mpi(transport):
+    """Count the messages announced as following through MPI (plain, over the largest slot message)."""
+    box, announced = transport.box, []
+    plain = box.post_label
+
+    def post_label(peer, size, value):
+        if value == VIA_MPI:
+            announced.append(size)
+        return plain(peer, size, value)
+    box.post_label = post_label
+    return announced
+
+
 def message(source, dest, index, nbytes):
     return ((np.arange(nbytes) * 31 + source * 7 + dest * 3 + index * 11) % 251).astype(np.uint8)
 
@@ -54,7 +67,8 @@ def message(source, dest, index, nbytes):
 def test_all_pairs_from_registered_and_plain_vectors(comm, private):
     """Every rank sends every size to every other rank at once, half of them from one
     registered vector, half from plain arrays; receives go half into a registered vector.
-    Registered messages over one slot must be read in place, and every byte must arrive."""
+    Registered messages over one slot must be read in place, plain ones over 4 KiB announced
+    and sent through MPI, and every byte must arrive."""
     rank, size = comm.rank, comm.size
     transport = SharedMemoryTransport(private, np, WORKSPACE, DirectTransport)
     registry = private.resource("registered", Registry)
@@ -62,7 +76,7 @@ def test_all_pairs_from_registered_and_plain_vectors(comm, private):
     peers = [p for p in range(size) if p != rank]
     total = sum(SIZES) * max(len(peers), 1)
     outbox, inbox = registry.alloc(total), registry.alloc(total)
-    posts = counting_direct_posts(transport)
+    posts, announced = counting_direct_posts(transport), counting_via_mpi(transport)
     sends, receives, expected, at_out, at_in = [], [], {}, 0, 0
     for p in np.random.default_rng(rank).permutation(peers).tolist():
         for i, n in enumerate(SIZES):
@@ -85,6 +99,7 @@ def test_all_pairs_from_registered_and_plain_vectors(comm, private):
     assert wrong == []
     in_place = sorted(n for i, n in enumerate(SIZES) if i % 2 == 0 and n > SLOT) * len(peers)
     assert sorted(posts) == sorted(in_place)
+    assert sorted(announced) == sorted([n for i, n in enumerate(SIZES) if i % 2 and n > 4096] * len(peers))
     assert "2 registered vector(s), read in place" in transport.describe()
 
 
