@@ -61,7 +61,8 @@ class Mailboxes:
     """The node's shared window and this rank's views of it (see the module docstring).
 
     For CuPy (``xp``) the slots are device memory mapped into every rank of the node by
-    CUDA IPC (:class:`.cuda_ipc.DeviceSlots`) and the window holds only the counters."""
+    CUDA IPC (:class:`.cuda_ipc.DeviceSlots`) and the window holds only the counters.
+    ``registry`` (:class:`.registered.Registry`) resolves the labels of messages read in place."""
 
     def __init__(self, comm, xp=np, registry=None):
         variable, default = SLOT_SIZES[xp.__name__]
@@ -385,11 +386,14 @@ class SharedMemoryTransport:
         self.incoming = {}  # node rank -> receives not yet complete, in order
         self.pending = []   # every message not yet complete, shared-memory or MPI
 
+    def _largest(self):
+        """The largest message announced in the mailboxes: every size once vectors are registered."""
+        return self.max_bytes if not self.registered else 1 << 62
+
     def _node_rank(self, rank, nbytes):
         """The node rank of ``rank`` if a message of ``nbytes`` to or from it goes through
         shared memory, else None (MPI)."""
-        high = self.max_bytes if not self.registered else 1 << 62
-        return self.local.get(rank) if self.min_bytes <= nbytes <= high else None
+        return self.local.get(rank) if self.min_bytes <= nbytes <= self._largest() else None
 
     def _start_send(self, raw, dest):
         peer = self._node_rank(dest, raw.size)
@@ -477,8 +481,7 @@ class SharedMemoryTransport:
         through MPI (so blocking MPI calls are safe), else None."""
         if self.pending:
             return None
-        low, local = self.min_bytes, self.local
-        high = self.max_bytes if not self.registered else 1 << 62
+        low, high, local = self.min_bytes, self._largest(), self.local
         out = local.get(dest) if low <= send_bytes <= high else None
         into = local.get(source) if low <= recv_bytes <= high else None
         if out is None and into is None:
