@@ -11,6 +11,7 @@ element was wrong, 2 for bad arguments.
 """
 
 import argparse
+import contextlib
 import datetime
 import os
 import socket
@@ -65,6 +66,9 @@ def parse_args(argv):
     p.add_argument("-J", "--output_file", metavar="FILE.json", help="nccl-tests JSON output")
     p.add_argument("-I", "--per_iter_timing", type=int, default=0, choices=(0, 1))
     p.add_argument("-K", "--per_iter_skip", type=int, default=0)
+    p.add_argument("-R", "--local_register", type=int, default=0, choices=(0, 1),
+                   help="1: send and receive buffers from algorithms.alloc_registered (host memory that the "
+                        "ranks of a node read in place), as nccl-tests -R 1 registers them with NCCL")
     p.add_argument("--algo", default="all",
                    help="comma list of ps,ring,tree,bamtree,kmtree,rd,mpi,nccl or all "
                         "(bamtree and kmtree need --topology; nccl needs --device gpu)")
@@ -96,6 +100,8 @@ def parse_args(argv):
     if "mpi" in args.algos and not cuda_aware:
         p.error("--algo mpi with --device gpu needs a CUDA-aware MPI (MPIX_Query_cuda_support says no; "
                 "ALLREDUCE_CUDA_AWARE=1 overrides)")
+    if args.local_register and args.device != "cpu":
+        p.error("-R 1 needs --device cpu: registered vectors are host memory")
     if args.topology and not os.path.isfile(args.topology):
         p.error(f"--topology {args.topology}: no such file")
     names = [dt.name for dt in algorithms.DTYPES]
@@ -189,6 +195,7 @@ def header_lines(comm, args, algo, device_lines, transport):
         f"Hosts: {len({d['hostname'] for d in device_lines})}  Device: {args.device}  "
         f"Time aggregation: {AGGREGATIONS[args.average]}  MPI: {info['mpi']}",
         f"# Transport: {transport}",
+        *(["# Buffers: registered (algorithms.alloc_registered; -R 1)"] if args.local_register else []),
         f"# Machine: {info['machine']} {info['cpu']}  Python {info['python']}  numpy {info['numpy']}"
         f"  Commit: {info['commit']}",
         f"# Env: {info['env']}",
@@ -321,9 +328,16 @@ def measure(comm, args, spec, run, xp, dtype, op, nbytes):
     """Time one size out of place and in place, check it, and return its result record."""
     size, rank = comm.Get_size(), comm.Get_rank()
     total, count = spec.counts(nbytes, np.dtype(dtype).itemsize, size)
-    actual_bytes = total * np.dtype(dtype).itemsize
     send, recv = spec.inputs(xp, dtype, op, total, rank, size)
     in_place = spec.in_place_buffer(xp, send.copy(), recv, rank, size)
+    with placed(comm, args.local_register, send, recv, in_place) as (send, recv, in_place):
+        return _measure(comm, args, spec, run, xp, dtype, op, total, count, send, recv, in_place)
+
+
+def _measure(comm, args, spec, run, xp, dtype, op, total, count, send, recv, in_place):
+    """:func:`measure` on these buffers."""
+    size, rank = comm.Get_size(), comm.Get_rank()
+    actual_bytes = total * np.dtype(dtype).itemsize
     times = np.zeros(args.iters) if args.per_iter_timing else None
     record = {"size": int(actual_bytes), "count": int(count), "type": TYPE_NAMES.get(dtype, dtype),
               "redop": op, "root": f"{-1:6d}", "actual_iterations": args.iters}
@@ -336,7 +350,8 @@ def measure(comm, args, spec, run, xp, dtype, op, nbytes):
                                  times, settle)
         seconds = aggregate(comm, seconds, args.average)
         algbw, busbw = bandwidths(actual_bytes, seconds, spec.factor(size))
-        wrong = check(comm, spec, run, xp, dtype, op, total, placement == "in_place", args.check) if args.check else None
+        wrong = (check(comm, spec, run, xp, dtype, op, total, placement == "in_place", args.check,
+                       args.local_register) if args.check else None)
         wrong_total += wrong or 0
         record[placement] = {"time": seconds * 1e6, "alg_bw": algbw, "bus_bw": busbw,
                              "nwrong": None if wrong is None else float(wrong)}
@@ -352,7 +367,7 @@ def measure(comm, args, spec, run, xp, dtype, op, nbytes):
     return record
 
 
-def check(comm, spec, run, xp, dtype, op, total, in_place, checks):
+def check(comm, spec, run, xp, dtype, op, total, in_place, checks, registered=0):
     """Wrong elements over ``checks`` runs on fresh data, summed over ranks."""
     rank, size = comm.Get_rank(), comm.Get_size()
     expected = spec.expected(dtype, op, total, rank, size)
@@ -361,10 +376,27 @@ def check(comm, spec, run, xp, dtype, op, total, in_place, checks):
         send, recv = spec.inputs(xp, dtype, op, total, rank, size)
         if in_place:
             send = recv = spec.in_place_buffer(xp, send, recv, rank, size)
-        result = run(send, recv, check=True)
-        result = result.get() if hasattr(result, "get") and xp is not np else result
-        wrong += wrong_elements(np.asarray(result), expected)
+        with placed(comm, registered, send, recv) as (send_here, recv_here):
+            result = run(send_here, send_here if in_place else recv_here, check=True)
+            result = result.get() if hasattr(result, "get") and xp is not np else result
+            wrong += wrong_elements(np.asarray(result), expected)
     return comm.allreduce(wrong, op=MPI.SUM)
+
+
+@contextlib.contextmanager
+def placed(comm, registered, *arrays):
+    """``arrays`` as they are, or (``registered``, -R 1) copies of them in registered vectors,
+    freed on leaving (collective, in the same order on every rank)."""
+    if not registered:
+        yield arrays
+        return
+    copies = []
+    for array in arrays:
+        copies.append(algorithms.alloc_registered(array.size, array.dtype, comm))
+        copies[-1][...] = array
+    yield tuple(copies)
+    for copy in reversed(copies):
+        algorithms.free_registered(copy, comm)
 
 
 def _stamp():

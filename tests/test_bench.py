@@ -168,6 +168,21 @@ def test_a_killed_run_leaves_every_finished_size_readable(tmp_path):
     assert all(r["out_of_place"]["nwrong"] == 0 for r in rows)
 
 
+@pytest.mark.parametrize("collective,algos", [("allreduce", "ring,tree,ps,rd,mpi"), ("allgather", "ring,mpi")])
+def test_registered_buffers_with_R(tmp_path, collective, algos):
+    """-R 1: every algorithm (and MPI's own) on registered vectors, in and out of place, no wrong
+    element, sizes on both sides of the slot and the 512 KiB MPI threshold; the header says so."""
+    proc, _ = bench(3, "-R", "1", "--collective", collective, "-b", "96K", "-e", "6M", "-f", "8", "-n", "2",
+                    "-w", "1", "-c", "2", "-d", "int32", "--algo", algos, tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert algorithms_in(proc.stdout) == algos.split(",")
+    assert proc.stdout.count("# Buffers: registered (algorithms.alloc_registered; -R 1)") == len(algos.split(","))
+    for table in superbench_parse(proc.stdout):
+        assert table["oob"] == 0 and len(table["rows"]) == 3
+        for r in table["rows"]:
+            assert r["oop"]["#wrong"] == 0 and r["ip"]["#wrong"] == 0
+
+
 BAD = [
     (["--frobnicate"], "unrecognized arguments: --frobnicate"),
     (["-b", "12Q"], "argument -b/--minbytes: invalid parse_size value: '12Q'"),
@@ -178,6 +193,8 @@ BAD = [
     (["--device", "gpu", "--algo", "mpi"], "--algo mpi with --device gpu needs a CUDA-aware MPI"),
     (["--collective", "allgather", "--algo", "tree"], "unknown --algo tree for allgather; choices: ring,mpi,nccl,all"),
     (["-I", "1", "-K", "20"], "-K 20 skips every one of the 20 iterations"),
+    (["-R", "2"], "argument -R/--local_register: invalid choice: 2 (choose from 0, 1)"),
+    (["-R", "1", "--device", "gpu"], "-R 1 needs --device cpu: registered vectors are host memory"),
 ]
 
 

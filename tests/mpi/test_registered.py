@@ -207,3 +207,20 @@ def test_bad_registration_calls_raise_on_every_rank(comm):
     with pytest.raises(ValueError, match="freed already"):
         algorithms.free_registered(a)
     algorithms.free_registered(b)
+
+
+def test_the_bench_drivers_R_places_buffers_in_registered_vectors(comm):
+    """``python -m bench -R 1`` runs on registered copies of its inputs, freed afterwards."""
+    from algorithms.executor import private_comm
+    from bench.cli import placed
+
+    registry = private_comm(comm).resource("registered", Registry)
+    send, recv = np.arange(1000, dtype=np.int32), np.zeros(7, np.float64)
+    with placed(comm, 1, send, recv) as (send_here, recv_here):
+        indexes = [registry.index_of(send_here), registry.index_of(recv_here)]
+        assert len(set(indexes)) == 2
+        assert np.array_equal(send_here, send) and send_here.dtype == send.dtype
+        assert np.array_equal(recv_here, recv) and recv_here.dtype == recv.dtype
+    assert not any(index in registry.windows for index in indexes)
+    with placed(comm, 0, send, recv) as same:
+        assert same[0] is send and same[1] is recv
