@@ -520,8 +520,12 @@ class SharedMemoryTransport:
             self.xp.copyto(recvbuf.view(np.uint8), box.incoming(peers[1], recvbuf.nbytes, 0))
             box.release(peers[1])
         else:
-            self.wait(self._start_send(sendbuf.view(np.uint8), dest),
-                      self._start_recv_into(recvbuf.view(np.uint8), source))
+            raw = recvbuf.view(np.uint8)
+
+            def copy(piece, start, end):
+                self.xp.copyto(raw[start:end], piece)
+            if not self._exchange_in_place(sendbuf, dest, recv_bytes, source, copy, raw):
+                self.wait(self._start_send(sendbuf.view(np.uint8), dest), self._start_recv_into(raw, source))
 
     def sendrecv_combine(self, sendbuf, dest, acc, source, out, combine):
         """Send ``sendbuf`` to ``dest`` while receiving a vector like ``acc`` from ``source``,
@@ -544,7 +548,38 @@ class SharedMemoryTransport:
 
             def reduce(piece, start, end):
                 combine(acc[start // item:end // item], piece.view(dtype), out[start // item:end // item])
-            self.wait(self._start_send(sendbuf.view(np.uint8), dest), self._start_recv(size, source, reduce))
+            if not self._exchange_in_place(sendbuf, dest, size, source, reduce):
+                self.wait(self._start_send(sendbuf.view(np.uint8), dest), self._start_recv(size, source, reduce))
+
+    def _exchange_in_place(self, sendbuf, dest, size, source, deliver, into=None):
+        """The fast path of a blocking exchange whose send is a registered vector over one slot,
+        with nothing else pending (the ring's every step): post it, take the incoming message
+        at once when it is one piece, then wait until ours was read. When the incoming message
+        takes several pieces or follows through MPI, the general path finishes both. False,
+        with nothing done, when it does not apply."""
+        box, raw = self.box, sendbuf.view(np.uint8)
+        if self.pending or not self.registered or raw.size <= box.slot_bytes:
+            return False
+        out, peer = self._node_rank(dest, raw.size), self._node_rank(source, size)
+        where = self.registry.locate(raw) if out is not None and peer is not None else None
+        if where is None or not box.slot_free(out):
+            return False
+        piece = box.post_direct(out, raw, where)
+        self._await(peer)
+        incoming = box.incoming(peer, size, 0)
+        if incoming is None or incoming.size < size:
+            send = _ShmDirectSend(box, out, raw, where, None)
+            send.piece = piece  # posted already
+            self.wait(self._start_recv(size, source, deliver, into), self._started(send))
+            return True
+        deliver(incoming, 0, size)
+        box.release(peer)
+        idle = 0
+        while not box.taken(out, piece):
+            idle += 1
+            if idle >= SPINS_BEFORE_YIELD:
+                os.sched_yield()
+        return True
 
     def describe(self):
         low, high = size_text(self.min_bytes), size_text(self.max_bytes)

@@ -132,6 +132,36 @@ def test_a_send_from_a_registered_vector_ends_only_once_read(comm, private):
         comm.Barrier()
 
 
+@pytest.mark.parametrize("combine", [False, True])
+def test_blocking_exchanges_between_registered_and_plain_senders(comm, private, combine):
+    """Around the ring, even ranks send from a registered vector and odd ranks from plain
+    arrays, so a registered sender meets one-piece, many-piece and through-MPI messages
+    (sizes under one slot, over it, and over 4 KiB); blocking sendrecv, and sendrecv_combine.
+    The registered vector is refilled right after each call: a send returns only once read."""
+    rank, size = comm.rank, comm.size
+    right, left = (rank + 1) % size, (rank - 1) % size
+    transport = SharedMemoryTransport(private, np, WORKSPACE, DirectTransport)
+    vector = private.resource("registered", Registry).alloc(40000).view(np.float32)
+
+    def values(r, i, count):
+        return ((np.arange(count) % 97) + r * 3 + i).astype(np.float32)
+    for i, nbytes in enumerate([128, 260, 3000, 5000, 40000]):
+        count = nbytes // 4
+        data = values(rank, i, count)
+        if rank % 2 == 0:
+            vector[:count] = data
+            data = vector[:count]
+        if combine:
+            out = np.full(count, -1, np.float32)
+            transport.sendrecv_combine(data, right, np.ones(count, np.float32), left, out,
+                                       lambda a, b, o: np.add(a, b, out=o))
+            assert np.array_equal(out, values(left, i, count) + 1), nbytes
+        else:
+            got = np.full(count, -1, np.float32)
+            transport.sendrecv(data, right, got, left)
+            assert np.array_equal(got, values(left, i, count)), nbytes
+
+
 @pytest.mark.parametrize("count", [100, 1000, 5000])
 def test_sendrecv_combine_reads_the_registered_vector(comm, private, count):
     """Around the ring: out = mine + the left neighbour's registered vector, reduced in place."""
