@@ -128,11 +128,7 @@ class Mailboxes:
         end = min(raw.size, offset + self.slot_bytes)
         self.xp.copyto(self.out_slots[peer][k][:end - offset], raw[offset:end])
         self.settle()
-        label = self.out_labels[peer][k]
-        label[0] = raw.size
-        label[1] = offset
-        self.win.Sync()  # the piece and its label before the counter
-        self.posted[peer][0] = piece + 1
+        self.post_label(peer, raw.size, offset)
         return end
 
     def post_direct(self, peer, raw, where):
@@ -142,13 +138,14 @@ class Mailboxes:
         return self.post_label(peer, raw.size, encode(*where))
 
     def post_label(self, peer, size, value):
-        """Post a label alone (:meth:`slot_free` first): ``size`` and ``value`` in place of
-        a piece's offset; return its piece number."""
+        """Post the next label to ``peer`` (:meth:`slot_free` first): the message's ``size``
+        and ``value``, the piece's offset (or where a registered vector lies, or
+        :data:`VIA_MPI`); return its piece number."""
         piece = self.posted[peer][0]
         label = self.out_labels[peer][piece % SLOTS]
         label[0] = size
         label[1] = value
-        self.win.Sync()  # the vector and its label before the counter
+        self.win.Sync()  # the data and its label before the counter
         self.posted[peer][0] = piece + 1
         return piece
 

@@ -376,8 +376,8 @@ def check(comm, spec, run, xp, dtype, op, total, in_place, checks, registered=0)
         send, recv = spec.inputs(xp, dtype, op, total, rank, size)
         if in_place:
             send = recv = spec.in_place_buffer(xp, send, recv, rank, size)
-        with placed(comm, registered, send, recv) as (send_here, recv_here):
-            result = run(send_here, send_here if in_place else recv_here, check=True)
+        with placed(comm, registered, *((send,) if in_place else (send, recv))) as here:
+            result = run(here[0], here[-1], check=True)
             result = result.get() if hasattr(result, "get") and xp is not np else result
             wrong += wrong_elements(np.asarray(result), expected)
     return comm.allreduce(wrong, op=MPI.SUM)
