@@ -195,6 +195,22 @@ class Collective:
         self.irecv = self.transport.irecv
         reducing = getattr(transport, "sendrecv_combine", None)
         self._sendrecv_combine = reducing or self._combine_from_scratch
+        self._recv_combine = getattr(transport, "recv_combine", None) or self._recv_combine_from_scratch
+
+    def reduces_on_arrival(self, peer):
+        """Whether :meth:`recv_combine` from ``peer`` reduces straight from shared memory (the
+        slots, or the peer's registered vector) rather than from a copy in scratch."""
+        return peer in getattr(self.transport, "local", ())
+
+    def recv_combine(self, acc, source, out):
+        """Receive a vector like ``acc`` from ``source``; ``out = acc (op) received``, reduced
+        straight from the message by a shared-memory transport, through scratch by others."""
+        self._recv_combine(acc, source, out, self.combine)
+
+    def _recv_combine_from_scratch(self, acc, source, out, combine):
+        incoming = self.scratch(acc.dtype, acc.size, "combine-in")
+        self.recv(incoming, source)
+        combine(acc, incoming, out)
 
     def sendrecv_combine(self, sendbuf, dest, acc, source, out):
         """Send ``sendbuf`` to ``dest`` while receiving a vector like ``acc`` from ``source``;

@@ -191,6 +191,16 @@ class Mailboxes:
             self.device.free()
 
 
+def _reducer(acc, out, combine):
+    """``deliver(piece, start, end)`` for a receive that reduces: bytes ``start..end`` of the
+    message go into ``out = combine(acc, piece)`` at their place."""
+    item, dtype = acc.itemsize, acc.dtype
+
+    def reduce(piece, start, end):
+        combine(acc[start // item:end // item], piece.view(dtype), out[start // item:end // item])
+    return reduce
+
+
 def _round_up(n, multiple):
     return -(-n // multiple) * multiple
 
@@ -541,12 +551,21 @@ class SharedMemoryTransport:
             self.sendrecv(sendbuf, dest, incoming, source)
             combine(acc, incoming, out)
         else:
-            item = acc.itemsize
-
-            def reduce(piece, start, end):
-                combine(acc[start // item:end // item], piece.view(dtype), out[start // item:end // item])
+            reduce = _reducer(acc, out, combine)
             if not self._exchange_in_place(sendbuf, dest, size, source, reduce):
                 self.wait(self._start_send(sendbuf.view(np.uint8), dest), self._start_recv(size, source, reduce))
+
+    def recv_combine(self, acc, source, out, combine):
+        """Receive a vector like ``acc`` from ``source`` and set ``out = combine(acc, received)``,
+        reducing straight from the shared slots or from the sender's registered vector (no
+        copy into scratch first). Every pending message makes progress meanwhile."""
+        size = acc.nbytes
+        if self._node_rank(source, size) is None:
+            incoming = self.workspace.get(self.xp, acc.dtype, acc.size, "shm-combine")
+            self.recv(incoming, source)
+            combine(acc, incoming, out)
+        else:
+            self.wait(self._start_recv(size, source, _reducer(acc, out, combine)))
 
     def _exchange_in_place(self, sendbuf, dest, size, source, deliver, into=None):
         """The fast path of a blocking exchange whose send is a registered vector over one slot,

@@ -5,14 +5,16 @@ the bottleneck-matched tree for ``"bamtree"``, the Kuhn-Munkres tree for
 ``"kmtree"``, or any tree the caller passes.
 
 The vector moves in segments (:func:`layout.segment_offsets`). For segment k a
-rank receives it from all its children at once (posted while segment k-1 was
-being reduced), reduces in a fixed order (latest level first), starts sending
-it to its parent, then receives segment k-1's result from the parent and starts
+rank reduces what its children send in a fixed order (latest level first),
+starts sending it to its parent, then receives segment k-1's result from the parent and starts
 forwarding it to its children. So segments flow up and down
 the tree at once, and T ~ sum over levels 2 alpha_level + (S + depth - 1)
 segment times instead of sum over levels 2(alpha + M/beta_level) unpipelined
 (S segments; a matched tree's slowest level sets the segment time).
-A leaf sends straight from the send buffer, so nothing is copied first.
+A leaf sends straight from the send buffer, so nothing is copied first. Within a
+node a child's segment is reduced as it arrives, straight from the shared slot or
+from the child's registered vector (:meth:`Collective.recv_combine`); from another
+node it is received into scratch, posted while segment k-1 is being reduced.
 """
 
 from .layout import segment_offsets
@@ -29,7 +31,9 @@ def allreduce(coll, sendbuf, recvbuf, tree):
     cuts = segment_offsets(recvbuf.size, recvbuf.itemsize)
     segments = len(cuts) - 1
     order = children[::-1]  # latest level first: the order of the reduction
-    if children:  # two sets of one-segment buffers, one per child: segment k+1 arrives while k is reduced
+    # within a node a child's segment is reduced as it arrives (no prefetch into scratch)
+    direct = children and all(coll.reduces_on_arrival(child) for child in children)
+    if children and not direct:  # two sets of one-segment buffers, one per child: k+1 arrives while k is reduced
         slots = [[coll.scratch(recvbuf.dtype, cuts[1], f"tree-in-{b}-{i}") for i in range(len(order))]
                  for b in (0, 1)]
         arriving = _receive(coll, order, slots[0], cuts[1] - cuts[0])
@@ -39,13 +43,19 @@ def allreduce(coll, sendbuf, recvbuf, tree):
         lo, hi = cuts[k], cuts[k + 1]
         partial = recvbuf[lo:hi]
         if children:
-            for request in arriving:
-                request.Wait()
-            if k + 1 < segments:
-                arriving = _receive(coll, order, slots[(k + 1) % 2], cuts[k + 2] - hi)
+            arrived = None
+            if not direct:
+                for request in arriving:
+                    request.Wait()
+                if k + 1 < segments:
+                    arriving = _receive(coll, order, slots[(k + 1) % 2], cuts[k + 2] - hi)
+                arrived = slots[k % 2]
             own = sendbuf[lo:hi]
-            for incoming in slots[k % 2]:
-                coll.combine(own, incoming[: hi - lo], out=partial)
+            for i, child in enumerate(order):
+                if direct:
+                    coll.recv_combine(own, child, partial)
+                else:
+                    coll.combine(own, arrived[i][: hi - lo], out=partial)
                 own = partial
         else:
             partial = sendbuf[lo:hi]

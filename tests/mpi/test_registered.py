@@ -180,6 +180,42 @@ def test_sendrecv_combine_reads_the_registered_vector(comm, private, count):
     assert posts == [mine.nbytes]  # to itself too, on one rank
 
 
+@pytest.mark.parametrize("count", [16, 100, 1000, 10000])
+def test_recv_combine_reduces_straight_from_registered_vectors(comm, private, count):
+    """Odd ranks send rank 0 a registered vector, even ranks a plain one (in slots, or through
+    MPI when over 4 KiB); rank 0 adds them in rank order, reading the registered ones in place."""
+    rank, size = comm.rank, comm.size
+    transport = SharedMemoryTransport(private, np, WORKSPACE, DirectTransport)
+    registry = private.resource("registered", Registry)
+    mine = registry.alloc(4 * count).view(np.float32)
+    reads, view = [], registry.view
+
+    def counted_view(index, node_rank, offset, nbytes):
+        reads.append(nbytes)
+        return view(index, node_rank, offset, nbytes)
+    registry.view = counted_view
+
+    def vector(r):
+        return (np.arange(count, dtype=np.float32) % 97) * (r + 1)
+    mine[:] = vector(rank)
+    if rank:
+        transport.isend(mine if rank % 2 else vector(rank), 0).Wait()
+    else:
+        out, operands = vector(0), []
+
+        def add(a, b, o):
+            operands.append(b)
+            np.add(a, b, out=o)
+        for source in range(1, size):
+            transport.recv_combine(out, source, out, add)
+        assert np.array_equal(out, sum((vector(r) for r in range(1, size)), vector(0)))
+        registered_senders = list(range(1, size, 2)) if 4 * count > SLOT else []
+        assert reads == [4 * count] * len(registered_senders)
+        parts = registry.windows[registry.locate(mine.view(np.uint8))[0]][1]
+        for sender in registered_senders:  # reduced from the sender's memory, not from a copy
+            assert any(np.shares_memory(b, parts[sender]) for b in operands), sender
+
+
 ALGOS = ["ring", "tree", "bamtree", "ps", "rd"]
 
 

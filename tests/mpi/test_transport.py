@@ -123,6 +123,26 @@ def test_sendrecv_combine_against_numpy(comm, transport, count):
     assert np.array_equal(out, vector(rank) * 2 + vector(left))
 
 
+@pytest.mark.parametrize("count", [0, 1, 15, 16, 63, 64, 65, 1000, 1025, 5000])
+def test_recv_combine_at_a_root_against_numpy(comm, transport, count):
+    """Every rank sends its vector to rank 0, which adds them in rank order as they arrive."""
+    rank = comm.rank
+    def vector(r):
+        return (np.arange(count, dtype=np.float32) % 97) * (r + 1)
+
+    if rank:
+        transport.send(vector(rank), 0)
+        return
+    acc, out = vector(0), np.full(count, -1, np.float32)
+    for source in range(1, comm.size):
+        transport.recv_combine(acc, source, out, lambda a, b, o: np.add(a, b, out=o))
+        acc = out
+    expected = vector(0)
+    for source in range(1, comm.size):
+        expected = expected + vector(source)
+    assert np.array_equal(out if comm.size > 1 else acc, expected)
+
+
 def test_wrong_receive_size_raises(comm, transport):
     """A receive one byte short of its send raises on the receiver, naming both sizes."""
     if comm.size < 2:
