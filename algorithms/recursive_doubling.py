@@ -10,7 +10,9 @@ T ~ ceil(log2 N)(alpha + M/beta) (+ 2(alpha + M/beta) when N is not a power of t
 
 Partners always compute (lower rank's partial) op (higher rank's partial), so
 every rank ends with bit-identical results. Vectors move in segments
-(:func:`layout.segment_offsets`), so the workspace is one segment.
+(:func:`layout.segment_offsets`), so the workspace is one segment. Out of place,
+a rank's first combination reads ``sendbuf`` and writes ``recvbuf``, so the input
+is never copied first (every rank combines at least once, or receives the result).
 """
 
 from .layout import segment_offsets
@@ -18,22 +20,24 @@ from .layout import segment_offsets
 
 def allreduce(coll, sendbuf, recvbuf):
     n, rank = coll.size, coll.rank
-    coll.start_in(sendbuf, recvbuf)
     if n == 1:
+        coll.start_in(sendbuf, recvbuf)
         return
     p = 1 << (n.bit_length() - 1)
     extra = n - p
     cuts = segment_offsets(recvbuf.size, recvbuf.itemsize)
     incoming_all = coll.scratch(recvbuf.dtype, cuts[1], "rd-in")
+    current = sendbuf  # what this rank holds: its input until it first combines into recvbuf
     if rank < 2 * extra:
         if rank % 2 == 0:
             for k in range(len(cuts) - 1):
-                coll.send(recvbuf[cuts[k]:cuts[k + 1]], rank + 1)
+                coll.send(sendbuf[cuts[k]:cuts[k + 1]], rank + 1)
             coll.recv(recvbuf, rank + 1)
             return
-        for mine, theirs in _pieces(recvbuf, incoming_all, cuts):
+        for mine, out, theirs in _pieces(current, recvbuf, incoming_all, cuts):
             coll.recv(theirs, rank - 1)
-            coll.combine(theirs, mine, out=mine)
+            coll.combine(theirs, mine, out=out)
+        current = recvbuf
         virtual = rank // 2
     else:
         virtual = rank - extra
@@ -41,20 +45,22 @@ def allreduce(coll, sendbuf, recvbuf):
     while mask < p:
         other = virtual ^ mask
         partner = 2 * other + 1 if other < extra else other + extra
-        for mine, theirs in _pieces(recvbuf, incoming_all, cuts):
+        for mine, out, theirs in _pieces(current, recvbuf, incoming_all, cuts):
             coll.sendrecv(mine, partner, theirs, partner)
             if partner < rank:
-                coll.combine(theirs, mine, out=mine)
+                coll.combine(theirs, mine, out=out)
             else:
-                coll.combine(mine, theirs)
+                coll.combine(mine, theirs, out=out)
+        current = recvbuf
         mask <<= 1
     if rank < 2 * extra:
         coll.send(recvbuf, rank - 1)
 
 
-def _pieces(recvbuf, incoming_all, cuts):
-    """Each segment of ``recvbuf`` with the scratch view of the same length it is combined with
-    (the whole buffers, without making views, when there is one segment)."""
+def _pieces(current, recvbuf, incoming_all, cuts):
+    """Each segment of ``current`` (what this rank holds), of ``recvbuf`` (where its
+    combination goes) and the scratch view of the same length it is combined with (the
+    whole buffers, without making views, when there is one segment)."""
     if len(cuts) == 2:
-        return ((recvbuf, incoming_all),)
-    return ((recvbuf[lo:hi], incoming_all[: hi - lo]) for lo, hi in zip(cuts, cuts[1:]))
+        return ((current, recvbuf, incoming_all),)
+    return ((current[lo:hi], recvbuf[lo:hi], incoming_all[: hi - lo]) for lo, hi in zip(cuts, cuts[1:]))
