@@ -49,6 +49,7 @@ from .transport import TAG
 
 SLOTS = 4
 LINE = 64  # bytes per counter: one cache line each
+LABEL = 4  # int64 words per label: message bytes, offset or where; reply bytes, where
 VIA_MPI = -(1 << 62)  # a label's offset saying "this message follows through MPI"
 SPINS_BEFORE_YIELD = 64  # idle polls before a wait gives its core away (oversubscribed runs)
 
@@ -77,7 +78,7 @@ class Mailboxes:
         self.local = {rank: i for i, rank in enumerate(members)}  # comm rank -> node rank
         self.me = node.Get_rank()
         size = node.Get_size()
-        header = _round_up(2 * size * LINE + 2 * 8 * size * SLOTS, LINE)
+        header = _round_up(2 * size * LINE + LABEL * 8 * size * SLOTS, LINE)
         slots_bytes = size * SLOTS * self.slot_bytes
         try:
             if is_device(xp):
@@ -102,10 +103,11 @@ class Mailboxes:
         self.peer_posted = [counters[j][step * me:step * me + 1] for j in range(size)]
         self.peer_consumed = [counters[j][step * (size + me):step * (size + me) + 1] for j in range(size)]
         labels = 2 * step * size
-        # each slot's label: (message bytes, offset of the piece), written by the sender
-        self.out_labels = [[counters[me][labels + 2 * (j * SLOTS + k):][:2] for k in range(SLOTS)]
+        # each slot's label, written by the sender: (message bytes, offset of the piece), and
+        # for a registered message (bytes, where) of the sender's registered receive buffer
+        self.out_labels = [[counters[me][labels + LABEL * (j * SLOTS + k):][:LABEL] for k in range(SLOTS)]
                            for j in range(size)]
-        self.in_labels = [[counters[j][labels + 2 * (me * SLOTS + k):][:2] for k in range(SLOTS)]
+        self.in_labels = [[counters[j][labels + LABEL * (me * SLOTS + k):][:LABEL] for k in range(SLOTS)]
                           for j in range(size)]
         self.out_slots = [[_slot(slots[me], j, k, self.slot_bytes) for k in range(SLOTS)] for j in range(size)]
         self.in_slots = [[_slot(slots[j], me, k, self.slot_bytes) for k in range(SLOTS)] for j in range(size)]
@@ -131,10 +133,13 @@ class Mailboxes:
         self.post_label(peer, raw.size, offset)
         return end
 
-    def post_direct(self, peer, raw, where):
+    def post_direct(self, peer, raw, where, reply=None):
         """Post the whole message ``raw``, which lies at ``where`` (window index, offset) in
         registered memory, by its label alone (:meth:`slot_free` first); return its piece
-        number, for :meth:`taken`."""
+        number, for :meth:`taken`. ``reply`` (bytes, where) offers ``peer`` this rank's
+        registered receive buffer for its own message (:meth:`offered`)."""
+        label = self.out_labels[peer][self.posted[peer][0] % SLOTS]
+        label[2], label[3] = (reply[0], encode(*reply[1])) if reply is not None else (0, 0)
         return self.post_label(peer, raw.size, encode(*where))
 
     def post_label(self, peer, size, value):
@@ -178,6 +183,15 @@ class Mailboxes:
                 f"got bytes {label[1]}.. of a {label[0]}-byte one"
             )
         return self.in_slots[peer][k][:min(size - offset, self.slot_bytes)]
+
+    def offered(self, peer, size):
+        """The registered receive buffer that the next piece from ``peer`` (a registered
+        message, after :meth:`incoming`) offers for a ``size``-byte reply, or None."""
+        label = self.in_labels[peer][self.consumed[peer][0] % SLOTS]
+        if not VIA_MPI < label[1] < 0 or label[2] != size or label[3] >= 0:  # not a registered message's
+            return None
+        index, start = decode(int(label[3]))
+        return self.registry.view(index, peer, start, size)
 
     def release(self, peer):
         self.settle()
@@ -572,7 +586,13 @@ class SharedMemoryTransport:
         with nothing else pending (the ring's every step): post it, take the incoming message
         at once when it is one piece, then wait until ours was read. When the incoming message
         takes several pieces or follows through MPI, the general path finishes both. False,
-        with nothing done, when it does not apply."""
+        with nothing done, when it does not apply.
+
+        A plain receive (``into``) from the rank we send to, into a registered vector, offers
+        that vector with our label. When both sides offer, each writes its message into the
+        other's receive buffer (a put) instead of reading the other's send buffer: the data
+        it writes is in its own cache, and the lines it writes are ones it read itself
+        (in place), so no line moves between the two cores twice."""
         box, raw = self.box, sendbuf.view(np.uint8)
         if self.pending or not self.registered or raw.size <= box.slot_bytes:
             return False
@@ -580,7 +600,8 @@ class SharedMemoryTransport:
         where = self.registry.locate(raw) if out is not None and peer is not None else None
         if where is None or not box.slot_free(out):
             return False
-        piece = box.post_direct(out, raw, where)
+        offer = self.registry.locate(into) if into is not None and dest == source else None
+        piece = box.post_direct(out, raw, where, None if offer is None else (size, offer))
         self._await(peer)
         incoming = box.incoming(peer, size, 0)
         if incoming is None or incoming.size < size:
@@ -588,10 +609,14 @@ class SharedMemoryTransport:
             send.piece = piece  # posted already
             self.wait(self._start_recv(size, source, deliver, into), self._started(send))
             return True
-        deliver(incoming, 0, size)
+        target = box.offered(peer, raw.size) if offer is not None else None
+        if target is not None:  # both offered: put ours into the peer's buffer
+            self.xp.copyto(target, raw)
+        else:
+            deliver(incoming, 0, size)
         box.release(peer)
         idle = 0
-        while not box.taken(out, piece):
+        while not box.taken(out, piece):  # read, or our receive buffer filled by the peer's put
             idle += 1
             if idle >= SPINS_BEFORE_YIELD:
                 os.sched_yield()

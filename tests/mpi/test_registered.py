@@ -6,6 +6,9 @@ The transport tests use small slots (256 bytes) so that vectors of a few KiB are
 place and messages beside them take many pieces; the algorithm tests use the defaults.
 """
 
+import time
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from conftest import counts_for, numpy_reference, options, rank_input, wrong_elements
@@ -40,9 +43,9 @@ def counting_direct_posts(transport):
     box, posts = transport.box, []
     plain = box.post_direct
 
-    def post_direct(peer, raw, where):
+    def post_direct(peer, raw, where, reply=None):
         posts.append(raw.size)
-        return plain(peer, raw, where)
+        return plain(peer, raw, where, reply)
     box.post_direct = post_direct
     return posts
 
@@ -160,6 +163,42 @@ def test_blocking_exchanges_between_registered_and_plain_senders(comm, private, 
             got = np.full(count, -1, np.float32)
             transport.sendrecv(data, right, got, left)
             assert np.array_equal(got, values(left, i, count)), nbytes
+
+
+@pytest.mark.parametrize("offers", [(True, True), (True, False), (False, True)])
+def test_a_pairwise_exchange_puts_into_registered_receive_buffers(comm, private, offers):
+    """Partners (0-1, 2-3, ...; a last odd rank with itself) exchange registered vectors by
+    blocking sendrecv. When both receive into registered vectors, each writes its message into
+    the other's (a put); when only one does, both read in place. Either way every byte is
+    there when the call returns, although the higher rank of a pair copies 20 ms late, and the
+    receive buffer may lie in the send buffer's vector (the ring's all-gather in place)."""
+    rank, size = comm.rank, comm.size
+    partner = rank ^ 1 if rank ^ 1 < size else rank
+    offering = offers[0] if rank <= partner else offers[1]
+    transport = SharedMemoryTransport(private, np, WORKSPACE, DirectTransport)
+    registry = private.resource("registered", Registry)
+    sizes = [SLOT + 1, 3 * SLOT + 5, 5000, 40000]
+    whole = registry.alloc(2 * max(sizes))
+    puts, offered = [], transport.box.offered
+
+    def counted(peer, nbytes):
+        target = offered(peer, nbytes)
+        puts.append(target is not None)
+        return target
+    transport.box.offered = counted
+    if rank > partner:  # a slow writer: its partner must wait for the put to land
+        transport.xp = SimpleNamespace(copyto=lambda dst, src: (time.sleep(0.02), np.copyto(dst, src)))
+    for i, n in enumerate(sizes):
+        # the send at the front of the vector, the receive right behind it (or plain memory)
+        send, recv = whole[:n], (whole[n:2 * n] if offering else np.empty(n, np.uint8))
+        send[:] = message(rank, partner, i, n)
+        recv[:] = 0
+        transport.sendrecv(send, partner, recv, partner)
+        assert np.array_equal(recv, message(partner, rank, i, n)), n
+        assert np.array_equal(send, message(rank, partner, i, n)), n  # not written by the partner
+        comm.Barrier()  # the partner has checked its receive before ours is overwritten
+    both = offers == (True, True) or partner == rank
+    assert puts == ([both] * len(sizes) if offering else [])
 
 
 @pytest.mark.parametrize("count", [100, 1000, 5000])
