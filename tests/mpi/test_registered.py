@@ -262,7 +262,7 @@ ALGOS = ["ring", "tree", "bamtree", "ps", "rd"]
 @pytest.mark.parametrize("dtype", ["int32", "float64"])
 def test_allreduce_on_registered_vectors_is_exact(comm, algorithm, dtype):
     """Out of place, in place, and registered beside plain, at sizes from 0 to past several
-    1 MiB segments: bit for bit NumPy's reduction of small integers."""
+    2 MiB segments: bit for bit NumPy's reduction of small integers."""
     size = comm.size
     for count in counts_for(size):
         expected = numpy_reference(dtype, "sum", count, size)
