@@ -29,7 +29,9 @@ of this transport, so programs that are correct under MPI's rules do not deadloc
 
 A message of over one slot from a registered vector (:mod:`.registered`) is not
 copied: its one label says where the vector lies, the receiver reads it in place,
-and the send completes once the receiver has consumed it. Once a communicator has
+and the send completes once the receiver has consumed it. In a blocking exchange
+between two ranks that both receive into registered vectors, each writes its message
+into the other's receive buffer instead (a put, offered in the label). Once a communicator has
 registered vectors, a receiver cannot tell whether a large message comes from one, so
 every message within the node is announced in the mailboxes: one over
 ``ALLREDUCE_SHM_MAX_BYTES`` from plain memory by a label saying that it follows
