@@ -207,6 +207,14 @@ class Mailboxes:
             self.device.free()
 
 
+def _copier(xp, raw):
+    """``deliver(piece, start, end)`` for a plain receive: bytes ``start..end`` of the message
+    go into the byte vector ``raw`` at their place."""
+    def copy(piece, start, end):
+        xp.copyto(raw[start:end], piece)
+    return copy
+
+
 def _reducer(acc, out, combine):
     """``deliver(piece, start, end)`` for a receive that reduces: bytes ``start..end`` of the
     message go into ``out = combine(acc, piece)`` at their place."""
@@ -465,10 +473,7 @@ class SharedMemoryTransport:
     def _start_recv_into(self, raw, source):
         if self._node_rank(source, raw.size) is None:
             return self._started(_MpiMessage(self.mpi.irecv(raw, source)))
-
-        def copy(piece, start, end):
-            self.xp.copyto(raw[start:end], piece)
-        return self._start_recv(raw.size, source, copy, raw)
+        return self._start_recv(raw.size, source, _copier(self.xp, raw), raw)
 
     def progress(self):
         """One pass over every pending message; True if any moved."""
@@ -544,10 +549,7 @@ class SharedMemoryTransport:
             box.release(peers[1])
         else:
             raw = recvbuf.view(np.uint8)
-
-            def copy(piece, start, end):
-                self.xp.copyto(raw[start:end], piece)
-            if not self._exchange_in_place(sendbuf, dest, recv_bytes, source, copy, raw):
+            if not self._exchange_in_place(sendbuf, dest, recv_bytes, source, _copier(self.xp, raw), raw):
                 self.wait(self._start_send(sendbuf.view(np.uint8), dest), self._start_recv_into(raw, source))
 
     def sendrecv_combine(self, sendbuf, dest, acc, source, out, combine):
