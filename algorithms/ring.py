@@ -18,6 +18,8 @@ once, like a copy, instead of reading its reduced chunk back for a separate
 all-gather. Every element is still reduced in the same order.
 """
 
+import functools
+
 from .layout import chunk_offsets, segment_offsets
 
 __all__ = ["chunk_offsets", "reduce_scatter", "all_gather", "allreduce"]
@@ -36,15 +38,29 @@ def _parts(offsets, itemsize):
     return len(segment_offsets(offsets[1], itemsize)) - 1
 
 
+def _reduce_scatter_order(n, rank):
+    """(chunk sent, chunk received) at each reduce-scatter step: at step s rank r sends chunk
+    (r-s-1) mod N (its partial sum from step s-1, its input at step 0) to rank r+1 and
+    receives chunk (r-s-2) mod N from rank r-1; the last is its own chunk, r."""
+    return [((rank - step - 1) % n, (rank - step - 2) % n) for step in range(n - 1)]
+
+
+def _all_gather_order(n, rank):
+    """(chunk sent, chunk received) at each all-gather step: at step s rank r forwards chunk
+    (r-s) mod N to rank r+1 and receives chunk (r-s-1) mod N from rank r-1."""
+    return [((rank - step) % n, (rank - step - 1) % n) for step in range(n - 1)]
+
+
 def _reduce_scatter_pieces(coll, src, partial, result, pieces):
     """The N-1 reduce-scatter steps on one piece of every chunk; this rank's reduced piece
     goes to ``result`` (a vector as long as it)."""
     n, rank = coll.size, coll.rank
     right, left = (rank + 1) % n, (rank - 1) % n
-    lo, hi = pieces[(rank - 1) % n]
+    order = _reduce_scatter_order(n, rank)
+    lo, hi = pieces[order[0][0]]
     outgoing = src[lo:hi]
-    for step in range(n - 1):
-        lo, hi = pieces[(rank - step - 2) % n]
+    for step, (_, into) in enumerate(order):
+        lo, hi = pieces[into]
         if step == n - 2:
             target = result
         elif partial is None:
@@ -57,13 +73,30 @@ def _reduce_scatter_pieces(coll, src, partial, result, pieces):
 
 
 def _all_gather_pieces(coll, buf, pieces):
-    """The N-1 all-gather steps on one piece of every chunk of ``buf``: at step s rank r
-    forwards piece (r-s) mod N to rank r+1 and receives piece (r-s-1) mod N from r-1."""
+    """The N-1 all-gather steps on one piece of every chunk of ``buf``."""
     n, rank = coll.size, coll.rank
     right, left = (rank + 1) % n, (rank - 1) % n
-    for step in range(n - 1):
-        (slo, shi), (rlo, rhi) = pieces[(rank - step) % n], pieces[(rank - step - 1) % n]
+    for out, into in _all_gather_order(n, rank):
+        (slo, shi), (rlo, rhi) = pieces[out], pieces[into]
         coll.sendrecv(buf[slo:shi], right, buf[rlo:rhi], left)
+
+
+@functools.lru_cache(maxsize=256)
+def _allreduce_plan(count, itemsize, n, rank):
+    """The all-reduce's exchanges in order, made once per shape: for each piece, its N-1
+    reduce-scatter steps ``(True, from_input, sent, received)`` then its N-1 all-gather
+    steps ``(False, False, sent, received)``, as slices of the vectors. A reduce-scatter
+    step sends from the input at step 0 and from the result vector (the partial sum) after."""
+    offsets = chunk_offsets(count, n)
+    parts = _parts(offsets, itemsize)
+    plan = []
+    for j in range(parts):
+        pieces = [slice(lo, hi) for lo, hi in _pieces(offsets, parts, j)]
+        for step, (out, into) in enumerate(_reduce_scatter_order(n, rank)):
+            plan.append((True, step == 0, pieces[out], pieces[into]))
+        for out, into in _all_gather_order(n, rank):
+            plan.append((False, False, pieces[out], pieces[into]))
+    return tuple(plan)
 
 
 def reduce_scatter(coll, src, partial, result):
@@ -93,14 +126,15 @@ def all_gather(coll, buf):
 
 
 def allreduce(coll, sendbuf, recvbuf):
+    """Each partial sum goes to its place in ``recvbuf``, so no scratch is needed."""
     n = coll.size
     if n == 1:
         coll.start_in(sendbuf, recvbuf)
         return
-    offsets = chunk_offsets(sendbuf.size, n)
-    parts = _parts(offsets, sendbuf.itemsize)
-    for j in range(parts):
-        pieces = _pieces(offsets, parts, j)
-        lo, hi = pieces[coll.rank]
-        _reduce_scatter_pieces(coll, sendbuf, recvbuf, recvbuf[lo:hi], pieces)
-        _all_gather_pieces(coll, recvbuf, pieces)
+    right, left = (coll.rank + 1) % n, (coll.rank - 1) % n
+    exchange, reduce = coll.sendrecv, coll.sendrecv_combine
+    for reducing, from_input, out, into in _allreduce_plan(sendbuf.size, sendbuf.itemsize, n, coll.rank):
+        if reducing:
+            reduce((sendbuf if from_input else recvbuf)[out], right, sendbuf[into], left, recvbuf[into])
+        else:
+            exchange(recvbuf[out], right, recvbuf[into], left)
