@@ -35,9 +35,10 @@ def check_vector(buf, name, writable=False):
     xp = array_module(buf)
     if buf.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got shape {tuple(buf.shape)}; pass buf.ravel()")
-    if not buf.flags.c_contiguous:
+    flags = buf.flags
+    if not flags.c_contiguous:
         raise ValueError(f"{name} must be contiguous; pass {name}.copy()")
-    if writable and xp is np and not buf.flags.writeable:
+    if writable and xp is np and not flags.writeable:
         raise ValueError(f"{name} is read-only")
     return xp
 
