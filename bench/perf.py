@@ -5,7 +5,8 @@ the agreement check's extra cost is reported beside; ring and tree also on regis
 vectors, ``algorithms.alloc_registered``), repeated ``--repeats`` times,
 median kept; busbw, the ratio to native, and a single-process ``numpy.copyto`` of
 the same size (the physical reference; beside it the same copy by every rank at once,
-which shares the caches and memory bus as the all-reduce's ranks do). Also the 8-byte latency against native, the
+which shares the caches and memory bus as the all-reduce's ranks do), timed in turn with
+the all-reduces on the same vectors. Also the 8-byte latency against native, the
 per-call Python overhead (our call on a one-rank communicator, where nothing
 moves, minus a bare copy), whether steady-state calls allocate (tracemalloc), and
 each rank's peak memory (VmHWM, measured first) against send + receive + one chunk
@@ -60,23 +61,15 @@ def iterations_for(nbytes):
     return max(3, min(2000, int(2e8 // max(nbytes, 1))))
 
 
-def copy_bandwidth(nbytes, repeats, comm=None):
-    """GB/s of one process's ``numpy.copyto`` of ``nbytes`` (read + write counted once).
-    With ``comm``, every rank of it copies at once (each its own buffers), as the ranks of
-    an all-reduce do, and the slowest rank's bandwidth is returned."""
-    a = np.ones(nbytes // 4, np.float32)
-    b = np.empty_like(a)
-    iters = iterations_for(nbytes)
-    samples = []
-    for _ in range(repeats):
-        if comm is not None:
-            comm.Barrier()
-        start = MPI.Wtime()
-        for _ in range(iters):
-            np.copyto(b, a)
-        seconds = (MPI.Wtime() - start) / iters
-        samples.append(seconds if comm is None else comm.allreduce(seconds, op=MPI.MAX))
-    return nbytes / statistics.median(samples) / 1e9
+def copy_calls(comm, source, target):
+    """The physical references, as candidates of :func:`timed` on the benchmark's own vectors:
+    ``copy``, one process's ``numpy.copyto`` (rank 0 copies, the others wait, so the slowest
+    rank's time is its), and ``copy_all_ranks``, every rank copying at once (each its own
+    vectors), which shares the caches and memory bus as the all-reduce's ranks do. Timed in
+    turn with the all-reduces, a busy moment of the machine falls on the copy as on them."""
+    alone = comm.Get_rank() == 0
+    return {"copy": (lambda: np.copyto(target, source)) if alone else (lambda: None),
+            "copy_all_ranks": lambda: np.copyto(target, source)}
 
 
 def steady_state_allocation(comm, algorithm, count, calls=50):
@@ -162,11 +155,13 @@ def main(argv=None):
         for algo in REGISTERED:
             calls[f"{algo}_reg"] = functools.partial(algorithms.allreduce, rx, ry, algorithm=algo, check=False)
         calls[IN_PLACE] = functools.partial(algorithms.allreduce, ry, None, algorithm="ring", check=False)
-        row.update({f"{name}_s": seconds for name, seconds in timed(comm, calls, iters, 3, args.repeats).items()})
+        calls.update(copy_calls(comm, x, y))
+        seconds = timed(comm, calls, iters, 3, args.repeats)
         algorithms.free_registered(ry)
         algorithms.free_registered(rx)
-        row["copy_GBps"] = comm.bcast(copy_bandwidth(count * 4, args.repeats) if comm.Get_rank() == 0 else None)
-        row["copy_all_ranks_GBps"] = copy_bandwidth(count * 4, args.repeats, comm)
+        for name in ("copy", "copy_all_ranks"):  # read + write counted once, as busbw counts bytes once
+            row[f"{name}_GBps"] = row["bytes"] / seconds.pop(name) / 1e9
+        row.update({f"{name}_s": value for name, value in seconds.items()})
         for key in ("native", *ALGOS, *(f"{a}_reg" for a in REGISTERED), IN_PLACE):
             row[f"{key}_busbw"] = row["bytes"] / row[f"{key}_s"] / 1e9 * factor
         rows.append(row)
