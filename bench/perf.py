@@ -3,7 +3,7 @@
 For each size: native ``MPI_Allreduce`` and each of our algorithms (``check=False``;
 the agreement check's extra cost is reported beside; ring and tree also on registered
 vectors, ``algorithms.alloc_registered``), repeated ``--repeats`` times,
-median kept; busbw, the ratio to native, and a single-process ``numpy.copyto`` of
+median kept, and the whole sweep run ``--runs`` times, the median of the sweeps kept; busbw, the ratio to native, and a single-process ``numpy.copyto`` of
 the same size (the physical reference; beside it the same copy by every rank at once,
 which shares the caches and memory bus as the all-reduce's ranks do), timed in turn with
 the all-reduces on the same vectors. Also the 8-byte latency against native, the
@@ -103,6 +103,62 @@ def steady_state_allocation(comm, algorithm, count, calls=50):
             "transient_peak": comm.allreduce(transient, op=MPI.MAX)}
 
 
+def measure_sizes(comm, sizes, repeats, factor):
+    """One sweep: for each size, every candidate and the copies timed in turn (:func:`timed`);
+    seconds per call, copy GB/s and busbw (``factor`` = 2(N-1)/N) per row."""
+    rows = []
+    for nbytes in sizes:
+        count = max(nbytes // 4, 1)
+        x = np.ones(count, np.float32)
+        y = np.empty_like(x)
+        iters = iterations_for(nbytes)
+        row = {"bytes": count * 4}
+        calls = {"native": lambda: comm.Allreduce(x, y, op=MPI.SUM)}
+        for algo in ALGOS:
+            calls[algo] = functools.partial(algorithms.allreduce, x, y, algorithm=algo, check=False)
+        calls["ring_checked"] = lambda: algorithms.allreduce(x, y, algorithm="ring")
+        rx, ry = algorithms.alloc_registered(count, np.float32), algorithms.alloc_registered(count, np.float32)
+        rx[:] = 1
+        for algo in REGISTERED:
+            calls[f"{algo}_reg"] = functools.partial(algorithms.allreduce, rx, ry, algorithm=algo, check=False)
+        rz = algorithms.alloc_registered(count, np.float32)
+        rz[:] = 0  # summed into itself call after call: zeros stay finite (ones would overflow to inf)
+        calls[IN_PLACE] = functools.partial(algorithms.allreduce, rz, None, algorithm="ring", check=False)
+        calls.update(copy_calls(comm, x, y))
+        seconds = timed(comm, calls, iters, 3, repeats)
+        for vector in (rz, ry, rx):
+            algorithms.free_registered(vector)
+        for name in ("copy", "copy_all_ranks"):  # read + write counted once, as busbw counts bytes once
+            row[f"{name}_GBps"] = row["bytes"] / seconds.pop(name) / 1e9
+        row.update({f"{name}_s": value for name, value in seconds.items()})
+        rows.append(with_busbw(row, factor))
+        if comm.Get_rank() == 0:
+            print({k: (round(v, 9) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+    return rows
+
+
+def with_busbw(row, factor):
+    """``row`` with ``<candidate>_busbw`` (GB/s) from its ``<candidate>_s``."""
+    for key in ("native", *ALGOS, *(f"{a}_reg" for a in REGISTERED), IN_PLACE):
+        row[f"{key}_busbw"] = row["bytes"] / row[f"{key}_s"] / 1e9 * factor
+    return row
+
+
+def median_rows(runs, factor):
+    """Per size, the median over the sweeps ``runs`` of every time and copy bandwidth (busbw
+    follows from the median time). A sweep lasts a minute or so; the memory bandwidth this
+    shared VM gets can change for minutes at a time, so the median of sweeps spread over
+    several minutes is steadier than more repeats within one."""
+    merged = []
+    for rows in zip(*runs):
+        row = {"bytes": rows[0]["bytes"]}
+        for key in rows[0]:
+            if key.endswith(("_s", "_GBps")):
+                row[key] = statistics.median(r[key] for r in rows)
+        merged.append(with_busbw(row, factor))
+    return merged
+
+
 def _status_bytes(field):
     with open("/proc/self/status") as status:
         for line in status:
@@ -132,43 +188,17 @@ def main(argv=None):
     p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("32K"))
     p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("256M"))
     p.add_argument("-f", "--stepfactor", type=int, default=2)
-    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--repeats", type=int, default=7, help="turns of every candidate per size and sweep")
+    p.add_argument("--runs", type=int, default=3, help="sweeps over all sizes; the table holds their median")
     p.add_argument("-o", "--output", default="results/perf-cpu", help="FILE prefix (.json, .md)")
     args = p.parse_args(argv)
     comm = MPI.COMM_WORLD
     n = comm.Get_size()
     factor = 2 * (n - 1) / n if n > 1 else 0.0
     memory = peak_memory(comm, min(args.maxbytes, 256 * MIB))
-    rows = []
-    for nbytes in sorted({8, *sweep(args.minbytes, args.maxbytes, args.stepfactor)}):
-        count = max(nbytes // 4, 1)
-        x = np.ones(count, np.float32)
-        y = np.empty_like(x)
-        iters = iterations_for(nbytes)
-        row = {"bytes": count * 4}
-        calls = {"native": lambda: comm.Allreduce(x, y, op=MPI.SUM)}
-        for algo in ALGOS:
-            calls[algo] = functools.partial(algorithms.allreduce, x, y, algorithm=algo, check=False)
-        calls["ring_checked"] = lambda: algorithms.allreduce(x, y, algorithm="ring")
-        rx, ry = algorithms.alloc_registered(count, np.float32), algorithms.alloc_registered(count, np.float32)
-        rx[:] = 1
-        for algo in REGISTERED:
-            calls[f"{algo}_reg"] = functools.partial(algorithms.allreduce, rx, ry, algorithm=algo, check=False)
-        rz = algorithms.alloc_registered(count, np.float32)
-        rz[:] = 0  # summed into itself call after call: zeros stay finite (ones would overflow to inf)
-        calls[IN_PLACE] = functools.partial(algorithms.allreduce, rz, None, algorithm="ring", check=False)
-        calls.update(copy_calls(comm, x, y))
-        seconds = timed(comm, calls, iters, 3, args.repeats)
-        for vector in (rz, ry, rx):
-            algorithms.free_registered(vector)
-        for name in ("copy", "copy_all_ranks"):  # read + write counted once, as busbw counts bytes once
-            row[f"{name}_GBps"] = row["bytes"] / seconds.pop(name) / 1e9
-        row.update({f"{name}_s": value for name, value in seconds.items()})
-        for key in ("native", *ALGOS, *(f"{a}_reg" for a in REGISTERED), IN_PLACE):
-            row[f"{key}_busbw"] = row["bytes"] / row[f"{key}_s"] / 1e9 * factor
-        rows.append(row)
-        if comm.Get_rank() == 0:
-            print({k: (round(v, 9) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+    sizes = sorted({8, *sweep(args.minbytes, args.maxbytes, args.stepfactor)})
+    runs = [measure_sizes(comm, sizes, args.repeats, factor) for _ in range(args.runs)]
+    rows = median_rows(runs, factor)
 
     one = MPI.COMM_SELF
     tiny = np.ones(2, np.float32)
@@ -186,6 +216,7 @@ def main(argv=None):
                 "oversubscribed": n > (os.cpu_count() or 1), "rows": rows, **overhead,
                 "steady_state_python_bytes": allocation, "peak_memory": memory}
         data["targets"] = targets(data)
+        data["runs"] = [{"rows": run, "targets": targets({**data, "rows": run})} for run in runs]
         write_json_atomically(args.output + ".json", data)
         text = markdown(data)
         notes = args.output + "-notes.md"  # hand-written: the profile behind each missed target
@@ -241,14 +272,23 @@ def _label(column):
     return column.replace("_reg", " reg").replace("_inplace", " in place")
 
 
+def _measured(target):
+    return "size not run" if target["worst"] is None else target["worst"]
+
+
+def _verdict(target):
+    return f"{_measured(target)}{'' if target['holds'] else ' (no)'}"
+
+
 def markdown(data):
     m = data["machine"]
+    runs = data.get("runs", [])
     memory = data["peak_memory"]
     columns = ["native", *ALGOS, *(f"{a}_reg" for a in REGISTERED), IN_PLACE]
     lines = [f"# Performance, {data['ranks']} ranks{' (oversubscribed: reference only)' if data['oversubscribed'] else ''}",
              "", f"{data['date']}, commit {m['commit']}, {m['cpu']} ({m['cores']} cores), {m['mpi'].split()[0]} "
              f"{m['mpi'].split()[-1]}, malloc env: {m['env']}. float32 sum, out of place unless marked, check=False, "
-             "median of repeats; busbw in GB/s. \"reg\": on registered vectors (`algorithms.alloc_registered`, "
+             f"median of {len(data.get('runs', [])) or 1} sweeps of repeats; busbw in GB/s. \"reg\": on registered vectors (`algorithms.alloc_registered`, "
              "read in place by the peer, like nccl-tests -R); \"in place\": recvbuf is sendbuf; the others on "
              "plain NumPy arrays.", "",
              "| bytes | " + " | ".join(f"{_label(c)} (us)" for c in columns) + " | ring checked (us) | "
@@ -269,10 +309,13 @@ def markdown(data):
               f"(bytes retained, the same over calls 1-50, largest transient): {data['steady_state_python_bytes']}. Peak memory per rank with {memory['vector_bytes'] // MIB} MiB "
               f"vectors: {memory['peak_bytes'] / MIB:.1f} MiB (interpreter {memory['interpreter_bytes'] / MIB:.1f} "
               f"MiB; budget {memory['budget_bytes'] / MIB:.1f} MiB).", "",
-              "| target | measured (worst) | at bytes | holds |", "|---|---:|---:|---|"]
-    for t in data["targets"]:
-        measured = "size not run" if t["worst"] is None else t["worst"]
-        lines.append(f"| {t['target']} | {measured} | {t['at_bytes'] or ''} | {'yes' if t['holds'] else '**no**'} |")
+              "| target | measured (worst) | at bytes | holds | " + " | ".join(f"sweep {i + 1}" for i in range(len(runs)))
+              + " |", "|---|---:|---:|---|" + "---:|" * len(runs)]
+    for i, t in enumerate(data["targets"]):
+        measured = _measured(t)
+        alone = [run["targets"][i] for run in runs]  # the same check on each sweep by itself
+        lines.append(f"| {t['target']} | {measured} | {t['at_bytes'] or ''} | {'yes' if t['holds'] else '**no**'} | "
+                     + " | ".join(_verdict(a) for a in alone) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -315,7 +315,8 @@ def test_perf_benchmark_writes_every_target(tmp_path):
     """``bench.perf`` on small sizes (8 B always): one row per size with every candidate timed, each
     target judged (sizes it did not run are judged not met), and the Markdown table."""
     out = tmp_path / "perf"
-    proc = run_mpi(2, ["-m", "bench.perf", "-b", "32K", "-e", "64K", "--repeats", "1", "-o", str(out)], timeout=180)
+    proc = run_mpi(2, ["-m", "bench.perf", "-b", "32K", "-e", "64K", "--repeats", "1", "--runs", "3", "-o", str(out)],
+                   timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Warning" not in proc.stderr, proc.stderr  # e.g. a vector summed into itself overflowing
     data = json.loads((tmp_path / "perf.json").read_text(),
@@ -325,13 +326,17 @@ def test_perf_benchmark_writes_every_target(tmp_path):
         for name in ("native", "ring", "tree", "ps", "rd", "ring_checked", "ring_reg", "tree_reg", "ring_reg_inplace"):
             assert row[f"{name}_s"] > 0, (name, row)
         assert row["copy_GBps"] > 0 and row["copy_all_ranks_GBps"] > 0
+    assert len(data["runs"]) == 3
+    for i, row in enumerate(data["rows"]):  # the table holds each time's median over the sweeps
+        for key in ("native_s", "ring_s", "ring_reg_inplace_s", "copy_GBps"):
+            assert row[key] == sorted(run["rows"][i][key] for run in data["runs"])[1], (key, row)
     targets = {t["target"]: t for t in data["targets"]}
     assert len(targets) == 11
     assert targets["ring busbw >= 1.0x native, 256 KiB..256 MiB"]["holds"] is False  # no size in range
     assert set(data["steady_state_python_bytes"]) == {"ring", "tree", "ps", "rd"}
     text = (tmp_path / "perf.md").read_text()
-    assert "| target | measured (worst) | at bytes | holds |" in text and "| 65536 |" in text
-    assert "| ring busbw >= 1.0x native, 256 KiB..256 MiB | size not run |  | **no** |" in text
+    assert "| target | measured (worst) | at bytes | holds | sweep 1 | sweep 2 | sweep 3 |" in text and "| 65536 |" in text
+    assert "| ring busbw >= 1.0x native, 256 KiB..256 MiB | size not run |  | **no** | size not run (no) |" in text
 
 
 def test_gpu_check_script_on_numpy_buffers(tmp_path):
