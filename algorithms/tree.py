@@ -11,10 +11,11 @@ forwarding it to its children. So segments flow up and down
 the tree at once, and T ~ sum over levels 2 alpha_level + (S + depth - 1)
 segment times instead of sum over levels 2(alpha + M/beta_level) unpipelined
 (S segments; a matched tree's slowest level sets the segment time).
-A leaf sends straight from the send buffer, so nothing is copied first. Within a
-node a child's segment is reduced as it arrives, straight from the shared slot or
-from the child's registered vector (:meth:`Collective.recv_combine`); from another
-node it is received into scratch, posted while segment k-1 is being reduced.
+A leaf sends straight from the send buffer, so nothing is copied first. A child's
+segment that comes through shared memory is reduced as it arrives, straight from the
+shared slot or from the child's registered vector (:meth:`Collective.recv_combine`);
+one that comes through MPI (from another node, or a large plain one) is received into
+scratch, posted while segment k-1 is being reduced.
 """
 
 from .layout import segment_offsets
@@ -31,8 +32,10 @@ def allreduce(coll, sendbuf, recvbuf, tree):
     cuts = segment_offsets(recvbuf.size, recvbuf.itemsize)
     segments = len(cuts) - 1
     order = children[::-1]  # latest level first: the order of the reduction
-    # within a node a child's segment is reduced as it arrives (no prefetch into scratch)
-    direct = children and all(coll.reduces_on_arrival(child) for child in children)
+    # a child's segment that comes through shared memory is reduced as it arrives (no prefetch
+    # into scratch); one through MPI is received into scratch while the one before is reduced
+    largest = cuts[1] * recvbuf.itemsize
+    direct = children and all(coll.reduces_on_arrival(child, largest) for child in children)
     if children and not direct:  # two sets of one-segment buffers, one per child: k+1 arrives while k is reduced
         slots = [[coll.scratch(recvbuf.dtype, cuts[1], f"tree-in-{b}-{i}") for i in range(len(order))]
                  for b in (0, 1)]
