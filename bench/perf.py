@@ -222,8 +222,8 @@ def main(argv=None):
                 .isoformat(timespec="seconds"), "machine": describe(), "ranks": n,
                 "oversubscribed": n > (os.cpu_count() or 1), "rows": rows, **overhead,
                 "steady_state_python_bytes": allocation, "peak_memory": memory}
-        data["targets"] = targets(data)
-        data["runs"] = [{"rows": run, "targets": targets({**data, "rows": run})} for run in runs]
+        data["targets"] = targets(data, runs)
+        data["runs"] = [{"rows": run, "targets": targets(data, [run])} for run in runs]
         write_json_atomically(args.output + ".json", data)
         text = markdown(data)
         notes = args.output + "-notes.md"  # hand-written: the profile behind each missed target
@@ -235,14 +235,20 @@ def main(argv=None):
     return 0
 
 
-def targets(data):
-    """Issue 6's targets, each with the measured number and whether it holds."""
-    rows = {r["bytes"]: r for r in data["rows"]}
+def targets(data, sweeps=None):
+    """Issue 6's targets, each with the measured number and whether it holds. A ratio is taken
+    within each sweep (of ``sweeps``, lists of rows; default ``data["rows"]`` alone), as the
+    issue asks for ratios measured in the same run, and its median over the sweeps is judged."""
+    runs = [{r["bytes"]: r for r in rows} for rows in (sweeps or [data["rows"]])]
+    rows = runs[0]
     checks = []
+
+    def median_ratio(size, of, to):
+        return statistics.median(of(run[size]) / to(run[size]) for run in runs)
 
     def ratio_check(name, lo, hi, key, ref, bound):
         sizes = [s for s in rows if lo <= s <= hi]
-        worst = min((rows[s][key] / rows[s][ref], s) for s in sizes) if sizes else (None, None)
+        worst = min((median_ratio(s, lambda r: r[key], lambda r: r[ref]), s) for s in sizes) if sizes else (None, None)
         checks.append({"target": name, "worst": worst[0] and round(worst[0], 3), "at_bytes": worst[1],
                        "holds": bool(sizes) and worst[0] >= bound})
 
@@ -253,11 +259,10 @@ def targets(data):
                 "ring_reg_busbw", "copy_GBps", 0.5)
     ratio_check("ring busbw >= 0.5x copy bandwidth, registered, in place, 16..256 MiB", 16 << 20, 256 << 20,
                 f"{IN_PLACE}_busbw", "copy_GBps", 0.5)
-    small = rows.get(8)
-    if small:
-        best = min(small[f"{a}_s"] for a in ALGOS)
-        checks.append({"target": "8-byte time of our best <= 3x native", "worst": round(best / small["native_s"], 3),
-                       "at_bytes": 8, "holds": best <= 3 * small["native_s"]})
+    if 8 in rows:
+        best = median_ratio(8, lambda r: min(r[f"{a}_s"] for a in ALGOS), lambda r: r["native_s"])
+        checks.append({"target": "8-byte time of our best <= 3x native", "worst": round(best, 3),
+                       "at_bytes": 8, "holds": best <= 3})
     checks.append({"target": "per-call Python overhead < 10 us", "worst": round(data["per_call_overhead_us"], 2),
                    "at_bytes": 8, "holds": data["per_call_overhead_us"] < 10})
     ratio_check("tree busbw >= 0.8x ring at 64 MiB", 64 << 20, 64 << 20, "tree_busbw", "ring_busbw", 0.8)
@@ -295,7 +300,8 @@ def markdown(data):
     lines = [f"# Performance, {data['ranks']} ranks{' (oversubscribed: reference only)' if data['oversubscribed'] else ''}",
              "", f"{data['date']}, commit {m['commit']}, {m['cpu']} ({m['cores']} cores), {m['mpi'].split()[0]} "
              f"{m['mpi'].split()[-1]}, malloc env: {m['env']}. float32 sum, out of place unless marked, check=False, "
-             f"median of {len(data.get('runs', [])) or 1} sweeps of repeats; busbw in GB/s. \"reg\": on registered vectors (`algorithms.alloc_registered`, "
+             f"median of {len(data.get('runs', [])) or 1} sweeps of repeats (the targets: per size, the median "
+             "over the sweeps of each sweep's ratio); busbw in GB/s. \"reg\": on registered vectors (`algorithms.alloc_registered`, "
              "read in place by the peer, like nccl-tests -R); \"in place\": recvbuf is sendbuf; the others on "
              "plain NumPy arrays.", "",
              "| bytes | " + " | ".join(f"{_label(c)} (us)" for c in columns) + " | ring checked (us) | "
