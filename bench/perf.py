@@ -1,12 +1,13 @@
-"""``mpiexec -n 2 python -m bench.perf``: issue 6's performance targets, measured in one run.
+"""``mpiexec -n 2 python -m bench perf``: issue 6's performance targets, measured in one run.
 
 For each size: native ``MPI_Allreduce`` and each of our algorithms (``check=False``;
 the agreement check's extra cost is reported beside; ring and tree also on registered
-vectors, ``algorithms.alloc_registered``), repeated ``--repeats`` times,
-median kept, and the whole sweep run ``--runs`` times, the median of the sweeps kept; busbw, the ratio to native, and a single-process ``numpy.copyto`` of
-the same size (the physical reference; beside it the same copy by every rank at once,
-which shares the caches and memory bus as the all-reduce's ranks do), timed in turn with
-the all-reduces on the same vectors. Also the 8-byte latency against native, the
+vectors, ``algorithms.alloc_registered``), repeated ``--repeats`` times, median kept,
+and the whole sweep run ``--runs`` times, the median of the sweeps kept; busbw, the
+ratio to native, and a single-process ``numpy.copyto`` of the same size (the physical
+reference; beside it the same copy by every rank at once, which shares the caches and
+memory bus as the all-reduce's ranks do), timed in turn with the all-reduces on the
+same vectors. Also the 8-byte latency against native, the
 per-call Python overhead (our call on a one-rank communicator, where nothing
 moves, minus a bare copy), whether steady-state calls allocate (tracemalloc), and
 each rank's peak memory (VmHWM, measured first) against send + receive + one chunk
@@ -151,7 +152,7 @@ def with_busbw(row, factor):
 
 def median_rows(runs, factor):
     """Per size, the median over the sweeps ``runs`` of every time and copy bandwidth (busbw
-    follows from the median time). A sweep lasts a minute or so; the memory bandwidth this
+    follows from the median time). A sweep lasts half a minute or so; the memory bandwidth this
     shared VM gets can change for minutes at a time, so the median of sweeps spread over
     several minutes is steadier than more repeats within one."""
     merged = []
