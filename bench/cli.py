@@ -199,7 +199,7 @@ def header_lines(comm, args, algo, device_lines, transport):
         f"# Machine: {info['machine']} {info['cpu']}  Python {info['python']}  numpy {info['numpy']}"
         f"  Commit: {info['commit']}",
         f"# Env: {info['env']}",
-        f"# Malloc: {malloc_mode()}",
+        f"# Malloc: {malloc_mode()}  Transparent huge pages: {info['transparent_hugepages']}",
         "#",
         "# Using devices",
     ]

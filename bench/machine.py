@@ -7,6 +7,8 @@ import subprocess
 
 from mpi4py import MPI
 
+from .pages import thp_mode
+
 
 def relevant_env():
     """The settings that change what is measured (malloc tuning, transport, MPICH knobs)."""
@@ -36,7 +38,9 @@ def commit():
 
 
 def describe():
-    """A dict for results files: host, CPU, cores, Python, MPI library, commit."""
+    """A dict for results files: host, CPU, cores, Python, MPI library, commit, the settings
+    that matter (environment; transparent huge pages, which set the speed of MPI's kernel copy:
+    :mod:`bench.pages`)."""
     import numpy
 
     return {
@@ -49,4 +53,5 @@ def describe():
         "mpi": MPI.Get_library_version().splitlines()[0].strip(),
         "commit": commit(),
         "env": relevant_env(),
+        "transparent_hugepages": thp_mode(),
     }

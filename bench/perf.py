@@ -32,11 +32,13 @@ import algorithms
 from topology.files import write_json_atomically, write_text_atomically
 
 from .machine import describe
+from .pages import huge_page_share, small_page_vector
 from .sizes import parse_size, sweep
 
 ALGOS = ("ring", "tree", "ps", "rd")
 REGISTERED = ("ring", "tree")  # also timed on vectors from algorithms.alloc_registered, as "<algo>_reg"
 IN_PLACE = "ring_reg_inplace"  # and the ring in place on one, as nccl-tests' in-place columns
+SMALL_PAGES = ("native", "ring")  # also timed on plain vectors held in 4 KiB pages, as "<name>_4kpages"
 MIB = 1 << 20
 
 
@@ -130,8 +132,13 @@ def measure_sizes(comm, registered, sizes, repeats, factor):
         rz[:] = 0  # summed into itself call after call: zeros stay finite (ones would overflow to inf)
         calls[IN_PLACE] = functools.partial(algorithms.allreduce, rz, None, algorithm="ring", comm=registered,
                                             check=False)
+        sx, sy = (small_page_vector(count, np.float32) for _ in range(2))
+        sx[:] = 1
+        calls["native_4kpages"] = lambda: comm.Allreduce(sx, sy, op=MPI.SUM)
+        calls["ring_4kpages"] = functools.partial(algorithms.allreduce, sx, sy, algorithm="ring", check=False)
         calls.update(copy_calls(comm, x, y))
         seconds = timed(comm, calls, iters, 3, repeats)
+        row["plain_huge_share"], row["small_pages_huge_share"] = (least_huge_share(comm, pair) for pair in ((x, y), (sx, sy)))
         for vector in (rz, ry, rx):
             algorithms.free_registered(vector, comm=registered)
         for name in ("copy", "copy_all_ranks"):  # read + write counted once, as busbw counts bytes once
@@ -143,16 +150,23 @@ def measure_sizes(comm, registered, sizes, repeats, factor):
     return rows
 
 
+def least_huge_share(comm, vectors):
+    """The smallest share of ``vectors`` in huge pages on any rank (:func:`.pages.huge_page_share`;
+    None where a rank cannot read its memory map)."""
+    shares = [share for rank in comm.allgather([huge_page_share(v) for v in vectors]) for share in rank]
+    return None if None in shares else round(min(shares), 3)
+
+
 def with_busbw(row, factor):
     """``row`` with ``<candidate>_busbw`` (GB/s) from its ``<candidate>_s``."""
-    for key in ("native", *ALGOS, *(f"{a}_reg" for a in REGISTERED), IN_PLACE):
+    for key in ("native", *ALGOS, *(f"{a}_reg" for a in REGISTERED), IN_PLACE, *(f"{a}_4kpages" for a in SMALL_PAGES)):
         row[f"{key}_busbw"] = row["bytes"] / row[f"{key}_s"] / 1e9 * factor
     return row
 
 
 def median_rows(runs, factor):
     """Per size, the median over the sweeps ``runs`` of every time and copy bandwidth (busbw
-    follows from the median time). A sweep lasts half a minute or so; the memory bandwidth this
+    follows from the median time), and the least huge-page shares. A sweep lasts half a minute or so; the memory bandwidth this
     shared VM gets can change for minutes at a time, so the median of sweeps spread over
     several minutes is steadier than more repeats within one."""
     merged = []
@@ -161,6 +175,8 @@ def median_rows(runs, factor):
         for key in rows[0]:
             if key.endswith(("_s", "_GBps")):
                 row[key] = statistics.median(r[key] for r in rows)
+            elif key.endswith("_share"):
+                row[key] = None if None in (r[key] for r in rows) else min(r[key] for r in rows)
         merged.append(with_busbw(row, factor))
     return merged
 
@@ -318,6 +334,18 @@ def markdown(data):
                  f"{r[f'{IN_PLACE}_busbw'] / r['copy_GBps']:.2f}",
                  f"{r['tree_reg_busbw'] / r['ring_reg_busbw']:.2f}"]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", f"Page backing (transparent huge pages: {m.get('transparent_hugepages', 'not recorded')}; "
+              "`bench.pages`): the least share in huge pages of the plain vectors above and of a second pair held "
+              "in 4 KiB pages (`MADV_NOHUGEPAGE`), over ranks and sweeps; native and ring timed in turn with the "
+              "others on that second pair, where MPI's kernel copy (CMA) pins every 4 KiB page of the sender's.", "",
+              "| bytes | in huge pages: plain / 4 KiB-page pair | native, 4 KiB pages (us) | ring, 4 KiB pages (us) "
+              "| ring/native, 4 KiB pages | ring time, 4 KiB pages/plain | ring, 4 KiB pages/copy |",
+              "|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in data["rows"]:
+        shares = " / ".join("unknown" if r[k] is None else f"{r[k]:.0%}" for k in ("plain_huge_share", "small_pages_huge_share"))
+        lines.append(f"| {r['bytes']} | {shares} | {r['native_4kpages_s'] * 1e6:.1f} | {r['ring_4kpages_s'] * 1e6:.1f} "
+                     f"| {r['ring_4kpages_busbw'] / r['native_4kpages_busbw']:.2f} | {r['ring_4kpages_s'] / r['ring_s']:.2f} "
+                     f"| {r['ring_4kpages_busbw'] / r['copy_GBps']:.2f} |")
     lines += ["", f"Per-call Python overhead (8 B on a one-rank communicator, minus a bare copy): "
               f"{data['per_call_overhead_us']:.2f} us. Steady state over calls 51-100 on 256 KiB "
               f"(bytes retained, the same over calls 1-50, largest transient): {data['steady_state_python_bytes']}. Peak memory per rank with {memory['vector_bytes'] // MIB} MiB "

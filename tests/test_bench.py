@@ -323,9 +323,11 @@ def test_perf_benchmark_writes_every_target(tmp_path):
                       parse_constant=lambda name: pytest.fail(f"perf.json holds {name}, which is not JSON"))
     assert [r["bytes"] for r in data["rows"]] == [8, 32768, 65536]
     for row in data["rows"]:
-        for name in ("native", "ring", "tree", "ps", "rd", "ring_checked", "ring_reg", "tree_reg", "ring_reg_inplace"):
+        for name in ("native", "ring", "tree", "ps", "rd", "ring_checked", "ring_reg", "tree_reg", "ring_reg_inplace",
+                     "native_4kpages", "ring_4kpages"):
             assert row[f"{name}_s"] > 0, (name, row)
         assert row["copy_GBps"] > 0 and row["copy_all_ranks_GBps"] > 0
+        assert row["small_pages_huge_share"] in (0.0, None) and 0 <= (row["plain_huge_share"] or 0) <= 1
     assert len(data["runs"]) == 3
     for i, row in enumerate(data["rows"]):  # the table holds each time's median over the sweeps
         for key in ("native_s", "ring_s", "ring_reg_inplace_s", "copy_GBps"):
@@ -342,6 +344,8 @@ def test_perf_benchmark_writes_every_target(tmp_path):
     text = (tmp_path / "perf.md").read_text()
     assert "| target | measured (worst) | at bytes | holds | sweep 1 | sweep 2 | sweep 3 |" in text and "| 65536 |" in text
     assert "| ring busbw >= 1.0x native, 256 KiB..256 MiB | size not run |  | **no** | size not run (no) |" in text
+    assert f"Page backing (transparent huge pages: {data['machine']['transparent_hugepages']};" in text
+    assert re.search(r"^\| 65536 \| (\d+%|unknown) / (0%|unknown) \|", text, re.M)
 
 
 def test_gpu_check_script_on_numpy_buffers(tmp_path):
@@ -374,3 +378,64 @@ def test_gpu_check_script_on_a_gpu(tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert json.loads((tmp_path / "gpu.json").read_text())["total_wrong"] == 0
+
+
+def _kernel_huge_share(array):
+    """The share of ``array``'s 4 KiB pages that the kernel backs by a transparent huge page,
+    page by page: each page's frame from /proc/self/pagemap, its flags from /proc/kpageflags
+    (KPF_THP, bit 22). None where frames are hidden (not root)."""
+    start = array.__array_interface__["data"][0]
+    pages = range(start // 4096, (start + array.nbytes - 1) // 4096 + 1)
+    try:
+        with open("/proc/self/pagemap", "rb") as pagemap, open("/proc/kpageflags", "rb") as kpageflags:
+            pagemap.seek(pages[0] * 8)
+            entries = np.frombuffer(pagemap.read(len(pages) * 8), np.uint64)
+            frames = entries & np.uint64((1 << 55) - 1)
+            if not frames.any():
+                return None
+            huge = 0
+            for frame in frames:
+                kpageflags.seek(int(frame) * 8)
+                huge += bool(int.from_bytes(kpageflags.read(8), "little") >> 22 & 1)
+    except OSError:
+        return None
+    return huge / len(pages)
+
+
+def test_page_backing_agrees_with_the_kernels_page_flags():
+    """bench.pages' share of a vector in huge pages (from smaps) against the kernel's own flags
+    for each page; a 4 KiB-page vector holds none; the THP setting read from its file."""
+    import mmap
+
+    from bench.pages import huge_page_share, small_page_vector, thp_mode
+
+    huge = 2 << 20
+    mapping = mmap.mmap(-1, 9 * huge, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    mapping.madvise(mmap.MADV_HUGEPAGE)
+    whole = np.frombuffer(mapping, np.uint8)
+    start = -whole.__array_interface__["data"][0] % huge
+    advised = whole[start:start + 8 * huge]
+    small = small_page_vector(8 * huge // 4, np.float32)
+    heap = np.ones(3 << 20, np.uint8)
+    for vector in (advised, small, heap):
+        vector[:] = 1  # touched: the pages exist
+    for vector in (advised, small, heap):
+        reference = _kernel_huge_share(vector)
+        if reference is None:
+            pytest.skip("page frames are hidden from this user (/proc/self/pagemap needs root)")
+        assert huge_page_share(vector) == pytest.approx(reference, abs=1 / 8 + 1e-9), vector.nbytes
+    assert huge_page_share(small) == 0.0
+    if thp_mode() in ("always", "madvise"):
+        assert _kernel_huge_share(advised) > 0  # the check above compared something
+    mode = thp_mode()
+    with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+        assert f"[{mode}]" in f.read()
+
+
+def test_thp_setting_is_the_bracketed_word(tmp_path):
+    from bench.pages import thp_mode
+
+    setting = tmp_path / "enabled"
+    setting.write_text("always [madvise] never\n")
+    assert thp_mode(setting) == "madvise"
+    assert thp_mode(tmp_path / "missing") == "unavailable"
