@@ -19,7 +19,12 @@ and handshakes, which dominate below a few hundred KiB. Host messages under
 ``ALLREDUCE_SHM_MAX_BYTES`` (512 KiB, where MPICH copies once, straight from the
 sender's memory, CMA), and messages to ranks on other nodes, go through MPI,
 nonblocking (device messages: ``ALLREDUCE_IPC_MIN_BYTES``/``_MAX_BYTES``, by default
-all of them through the slots).
+all of them through the slots). Except where the sender's memory lies in 4 KiB pages:
+the kernel's copy pins them one at a time, at a third of its speed from huge pages, so
+such a message goes through the slots as well (:mod:`.pages`; where the kernel can tell,
+Linux 6.7+, and unless ``ALLREDUCE_SHM_BY_PAGES=0``). The receiver cannot see the
+sender's pages, so every large message within the node is then announced in the
+mailboxes, as below.
 
 As with MPI messages on one communicator and tag, the messages from one rank to
 another arrive in the order they were sent, and a receive must name the size of
@@ -43,7 +48,8 @@ import os
 import numpy as np
 from mpi4py import MPI
 
-from .arrays import is_device, stream_synchronize
+from .arrays import data_pointer, is_device, stream_synchronize
+from .pages import PageProbe
 from .registered import Registry, decode, encode
 from .settings import env_bytes, size_text
 from .transport import TAG
@@ -207,6 +213,26 @@ class Mailboxes:
         self.win.Free()
         if self.device:
             self.device.free()
+
+
+def _node_page_probe(comm):
+    """A :class:`.pages.PageProbe`, ``available`` only when it works on every rank of
+    ``comm``'s node and none of them set ``ALLREDUCE_SHM_BY_PAGES=0`` (collective: the
+    route of a large message must be announced exactly when every rank expects it). A
+    value other than 0 or 1 on any rank raises on every rank."""
+    wanted = os.environ.get("ALLREDUCE_SHM_BY_PAGES", "1").strip()
+    probe = PageProbe() if wanted == "1" else PageProbe.unavailable()
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        flags = node.allgather((wanted in ("0", "1"), probe.available))
+    finally:
+        node.Free()
+    probe.available = all(works for _, works in flags)
+    if not all(valid for valid, _ in flags):
+        probe.free()
+        raise ValueError(f"ALLREDUCE_SHM_BY_PAGES must be 0 or 1 on every rank of the node "
+                         f"(this rank: {wanted!r})")
+    return probe
 
 
 def _copier(xp, raw):
@@ -414,14 +440,23 @@ class SharedMemoryTransport:
         self.registry = private.resource("registered", Registry) if self.host else None
         self.registered = self.registry.windows if self.host else {}
         self.box = private.resource(f"mailboxes-{xp.__name__}", lambda comm: Mailboxes(comm, xp, self.registry))
+        # host messages over max_bytes from 4 KiB pages go through the slots, where the node's
+        # ranks can all tell huge pages from small ones (so the receiver is told the route)
+        probe = private.resource("page-probe", _node_page_probe) if self.host else None
+        self.pages = probe if probe is not None and probe.available else None  # None: all large ones via MPI
         self.local = self.box.local
         self.outgoing = {}  # node rank -> sends not yet fully posted, in order
         self.incoming = {}  # node rank -> receives not yet complete, in order
         self.pending = []   # every message not yet complete, shared-memory or MPI
 
     def _largest(self):
-        """The largest message announced in the mailboxes: every size once vectors are registered."""
-        return self.max_bytes if not self.registered else 1 << 62
+        """The largest message announced in the mailboxes: every size once vectors are
+        registered, or when large messages choose their route by the sender's pages."""
+        return self.max_bytes if not self.registered and self.pages is None else 1 << 62
+
+    def _small_pages(self, raw):
+        """Whether the message ``raw`` lies mostly in 4 KiB pages (:mod:`.pages`)."""
+        return self.pages is not None and self.pages.huge_share(data_pointer(raw), raw.size) < 0.5
 
     def _node_rank(self, rank, nbytes):
         """The node rank of ``rank`` if a message of ``nbytes`` to or from it goes through
@@ -436,7 +471,7 @@ class SharedMemoryTransport:
         where = self.registry.locate(raw) if self.registered and raw.size > self.box.slot_bytes else None
         if where is not None:
             return self._queued(_ShmDirectSend(self.box, peer, raw, where, queue), queue)
-        if raw.size > self.max_bytes:
+        if raw.size > self.max_bytes and not self._small_pages(raw):
             return self._queued(_ShmViaMpiSend(self.box, peer, raw.size, lambda: self.mpi.isend(raw, dest),
                                                queue), queue)
         return self._queued(_ShmSend(self.box, peer, raw, queue), queue)
@@ -639,6 +674,8 @@ class SharedMemoryTransport:
             f"{' and ' if self.min_bytes > 1 else ''}over {high}" if self.max_bytes < 1 << 62 else "")
         text = (f"{self.name} within a node; {self.mpi.describe()} between nodes"
                 + (f" and for messages {through}" if through else ""))
+        if self.pages is not None:
+            text += f"; messages over {high} from 4 KiB pages through the slots"
         if self.registered:
             text += f"; {len(self.registered)} registered vector(s), read in place (every size over {low})"
         return text

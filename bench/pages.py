@@ -2,8 +2,8 @@
 
 It changes what a large intranode MPI message costs. MPICH moves one with a single kernel
 copy (CMA: the receiver's ``process_vm_readv`` of the sender's memory), and the kernel pins
-the sender's pages one at a time: from 4 KiB pages it ran at 7-9 GB/s on the 2-core test VM,
-from huge pages at 19-27 GB/s (``results/perf-cpu-notes.md``), while ``numpy.copyto`` runs at
+the sender's pages one at a time: from 4 KiB pages it ran at 6-9 GB/s on the 2-core test VM,
+from huge pages at 18-28 GB/s (``results/perf-cpu-notes.md``), while ``numpy.copyto`` runs at
 the same speed on either. NumPy asks for huge pages (``madvise``) for arrays of 4 MiB and
 more; many other allocators (PyTorch's CPU allocator by default) do not, and a machine whose
 THP setting is ``never`` gives none. :mod:`bench.perf` therefore reports the share of its

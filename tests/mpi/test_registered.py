@@ -3,7 +3,9 @@ place by the receiver, every byte arrives, a send from one completes only once i
 every algorithm gives the exact reduction on them, and bad calls raise on every rank.
 
 The transport tests use small slots (256 bytes) so that vectors of a few KiB are read in
-place and messages beside them take many pieces; the algorithm tests use the defaults.
+place and messages beside them take many pieces, and send every large plain message through
+MPI (``ALLREDUCE_SHM_BY_PAGES=0``; test_transport.py tests the route by pages); the
+algorithm tests use the defaults.
 """
 
 import time
@@ -31,6 +33,7 @@ def private(comm, monkeypatch):
     monkeypatch.setenv("ALLREDUCE_SHM_SLOT_BYTES", str(SLOT))
     monkeypatch.setenv("ALLREDUCE_SHM_MIN_BYTES", "64")
     monkeypatch.setenv("ALLREDUCE_SHM_MAX_BYTES", "4096")
+    monkeypatch.setenv("ALLREDUCE_SHM_BY_PAGES", "0")  # plain ones over 4096 B via MPI, whatever their pages
     private = Private(comm.Dup())
     try:
         yield private

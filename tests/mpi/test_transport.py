@@ -7,6 +7,8 @@ SLOTS of them), so messages take many pieces and senders wait for free slots; me
 under 64 bytes or over 4 KiB go through MPI, mixed with the others.
 """
 
+import contextlib
+
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -21,8 +23,9 @@ SLOT, LOW, HIGH = 256, 64, 4096
 SIZES = [0, 1, LOW - 1, LOW, SLOT - 1, SLOT, SLOT + 1, SLOTS * SLOT + 3, HIGH, HIGH + 1, 3 * HIGH + 5]
 
 
-@pytest.fixture
-def transport(comm, monkeypatch):
+@contextlib.contextmanager
+def built(comm, monkeypatch):
+    """A shared-memory transport with SLOT, LOW and HIGH on a fresh communicator, freed after."""
     monkeypatch.setenv("ALLREDUCE_SHM_SLOT_BYTES", str(SLOT))
     monkeypatch.setenv("ALLREDUCE_SHM_MIN_BYTES", str(LOW))
     monkeypatch.setenv("ALLREDUCE_SHM_MAX_BYTES", str(HIGH))
@@ -31,6 +34,12 @@ def transport(comm, monkeypatch):
         yield SharedMemoryTransport(private, np, WORKSPACE, DirectTransport)
     finally:
         private.free()
+
+
+@pytest.fixture
+def transport(comm, monkeypatch):
+    with built(comm, monkeypatch) as made:
+        yield made
 
 
 def message(source, dest, index, nbytes):
@@ -164,3 +173,90 @@ def test_slot_size_must_be_a_multiple_of_a_cache_line(comm, monkeypatch):
             SharedMemoryTransport(private, np, WORKSPACE, DirectTransport)
     finally:
         private.free()
+
+
+def huge_page_vector(nbytes):
+    """``nbytes`` at the start of 2 MiB of a private mapping, aligned, advised for huge pages and
+    touched; None when the kernel gave it no huge page (THP off, memory fragmented)."""
+    import mmap
+
+    from bench.pages import huge_page_share
+
+    huge = 2 << 20
+    mapping = mmap.mmap(-1, 2 * huge, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    whole = np.frombuffer(mapping, np.uint8)
+    start = -whole.__array_interface__["data"][0] % huge
+    mapping.madvise(mmap.MADV_HUGEPAGE, start, huge)  # a mapping of its own in smaps, all huge or not
+    region = whole[start:start + huge]
+    region[:] = 0
+    return region[:nbytes] if huge_page_share(region) == 1.0 else None
+
+
+@pytest.mark.parametrize("by_pages", ["1", "0"])
+def test_a_large_message_goes_by_the_senders_pages(comm, monkeypatch, by_pages):
+    """Over the largest size for the slots, a message from 4 KiB pages goes through the slots
+    (one posted piece per slot), one from huge pages through MPI (one posted label), when the
+    kernel can tell them apart (PAGEMAP_SCAN); with ALLREDUCE_SHM_BY_PAGES=0, or where it
+    cannot, both go through MPI unannounced. Sent back to back, nonblocking, both arrive whole."""
+    from bench.pages import small_page_vector
+
+    if comm.size < 2:
+        pytest.skip("needs two ranks")
+    n = 3 * HIGH + 5
+    small = small_page_vector(n, np.uint8)
+    huge = huge_page_vector(n)
+    if comm.allreduce(huge is None, op=MPI.LOR):
+        pytest.skip("no huge page to be had here")
+    monkeypatch.setenv("ALLREDUCE_SHM_BY_PAGES", by_pages)
+    with built(comm, monkeypatch) as transport:
+        routed, pieces, whole = transport.pages is not None, None, None
+        if comm.rank == 0:
+            small[:], huge[:] = message(0, 1, 0, n), message(0, 1, 1, n)
+            before = transport.box.posted[1][0]
+            transport.isend(small, 1).Wait()
+            middle = transport.box.posted[1][0]
+            transport.isend(huge, 1).Wait()
+            pieces = (middle - before, transport.box.posted[1][0] - middle)
+        elif comm.rank == 1:
+            got = [np.full(n, 255, np.uint8) for _ in range(2)]
+            requests = [transport.irecv(g, 0) for g in got]  # both posted before either arrives
+            for r in requests:
+                r.Wait()
+            whole = [np.array_equal(g, message(0, 1, i, n)) for i, g in enumerate(got)]
+        comm.Barrier()  # the checks after it: a failing rank must not leave the other waiting
+    if by_pages == "0":
+        assert not routed
+    if comm.rank == 0:  # 0: through MPI, unannounced
+        assert pieces == ((-(-n // SLOT), 1) if routed else (0, 0)), pieces
+    elif comm.rank == 1:
+        assert whole == [True, True]
+
+
+def test_page_route_setting_must_be_0_or_1(comm, monkeypatch):
+    """A bad ALLREDUCE_SHM_BY_PAGES on one rank raises on every rank (the route must agree)."""
+    monkeypatch.setenv("ALLREDUCE_SHM_BY_PAGES", "yes" if comm.rank == comm.size - 1 else "1")
+    with pytest.raises(ValueError, match="ALLREDUCE_SHM_BY_PAGES must be 0 or 1 on every rank"):
+        with built(comm, monkeypatch):
+            pass
+
+
+def test_pages_are_probed_from_the_kernel():
+    """algorithms.pages against bench.pages (from /proc/self/smaps): a 4 KiB-page vector holds
+    no huge page, a huge-page one is all huge, sub-ranges included."""
+    from algorithms.pages import PageProbe
+    from bench.pages import small_page_vector
+
+    probe = PageProbe()
+    if not probe.available:
+        pytest.skip("no PAGEMAP_SCAN here (Linux 6.7+)")
+    small = small_page_vector(1 << 20, np.uint8)
+    small[:] = 1
+    assert probe.huge_share(small.__array_interface__["data"][0], small.nbytes) == 0.0
+    huge = huge_page_vector(2 << 20)
+    if huge is None:
+        pytest.skip("no huge page to be had here")
+    address = huge.__array_interface__["data"][0]
+    assert probe.huge_share(address, huge.nbytes) == 1.0
+    assert probe.huge_share(address + 100, 5000) == 1.0
+    probe.free()
+    assert not probe.available
