@@ -8,15 +8,29 @@ slots (two copies, nothing pinned) and one from huge pages through MPI.
 
 The kernel says which pages are huge through the ``PAGEMAP_SCAN`` ioctl of
 ``/proc/self/pagemap`` (Linux 6.7; ``PAGE_IS_HUGE``), a walk of the page tables of just
-that range: a few microseconds per 2 MiB. Where it is missing, :class:`PageProbe` is not
+that range: about 1 us for the one page :meth:`PageProbe.is_huge` asks about. Where it is missing, :class:`PageProbe` is not
 ``available`` and every large message goes through MPI.
 """
 
 import ctypes
+import fcntl
 import os
+import re
 
 PAGE = 4096
+THP_SETTING = "/sys/kernel/mm/transparent_hugepage/enabled"
 PAGE_IS_HUGE = 1 << 6
+
+
+def thp_mode(path=THP_SETTING):
+    """The machine's THP setting (``always``, ``madvise`` or ``never``: the bracketed word of
+    ``path``), or ``"unavailable"`` where the file cannot be read (not Linux, no THP)."""
+    try:
+        with open(path) as f:
+            found = re.search(r"\[(\w+)\]", f.read())
+    except OSError:
+        return "unavailable"
+    return found.group(1) if found else "unavailable"
 
 
 class _ScanArgs(ctypes.Structure):  # struct pm_scan_arg, include/uapi/linux/fs.h
@@ -31,23 +45,22 @@ class _Region(ctypes.Structure):  # struct page_region
 
 PAGEMAP_SCAN = (3 << 30) | (ctypes.sizeof(_ScanArgs) << 16) | (ord("f") << 8) | 16  # _IOWR('f', 16, ...)
 REGIONS = 32
+REMEMBERED = 4096  # pages whose answer is kept
 
 
 class PageProbe:
-    """``huge_share(address, nbytes)``: the share of a range in huge pages, from the kernel."""
+    """Which host pages are huge, from the kernel: :meth:`is_huge` for one page,
+    :meth:`huge_share` for a range."""
 
     def __init__(self):
-        self.available, self._fd = False, None
+        self.available, self._fd, self._known = False, None, {}
         try:
             self._fd = os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC)
-            self._ioctl = ctypes.CDLL(None, use_errno=True).ioctl
-        except (OSError, AttributeError):
+        except OSError:
             return
-        self._ioctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p)
         self._regions = (_Region * REGIONS)()
         self._args = _ScanArgs(size=ctypes.sizeof(_ScanArgs), vec=ctypes.addressof(self._regions),
                                vec_len=REGIONS, category_anyof_mask=PAGE_IS_HUGE, return_mask=PAGE_IS_HUGE)
-        self._args_ref = ctypes.byref(self._args)
         probe = ctypes.create_string_buffer(PAGE)
         self.available = self.huge_share(ctypes.addressof(probe), PAGE) is not None
 
@@ -55,7 +68,7 @@ class PageProbe:
     def unavailable(cls):
         """A probe that is not ``available`` (the page route turned off), opening nothing."""
         probe = cls.__new__(cls)
-        probe.available, probe._fd = False, None
+        probe.available, probe._fd, probe._known = False, None, {}
         return probe
 
     def free(self):
@@ -63,6 +76,26 @@ class PageProbe:
         if getattr(self, "_fd", None) is not None:
             os.close(self._fd)
             self._fd, self.available = None, False
+
+    def is_huge(self, address):
+        """Whether the page holding ``address`` is part of a huge page (False when the kernel
+        cannot say). Remembered per page (up to :data:`REMEMBERED` of them, then forgotten
+        all at once): a program sends from the same buffers call after call, and the ioctl
+        costs 2-4 us there. An answer outlives a buffer freed and mapped again otherwise;
+        that can only choose the slower route, never lose a byte."""
+        page = address - address % PAGE
+        known = self._known.get(page)
+        if known is None:
+            if len(self._known) >= REMEMBERED:
+                self._known.clear()
+            args = self._args
+            args.start, args.end = page, page + PAGE
+            try:
+                known = fcntl.ioctl(self._fd, PAGEMAP_SCAN, args) > 0
+            except (OSError, TypeError):
+                known = False
+            self._known[page] = known
+        return known
 
     def huge_share(self, address, nbytes):
         """Share (0..1) of bytes ``address..address+nbytes`` in huge pages; None when the
@@ -74,8 +107,9 @@ class PageProbe:
         args.start, args.end = address - address % PAGE, -(-end // PAGE) * PAGE
         huge = 0
         while True:
-            found = self._ioctl(self._fd, PAGEMAP_SCAN, self._args_ref)
-            if found < 0:
+            try:
+                found = fcntl.ioctl(self._fd, PAGEMAP_SCAN, args)  # the kernel updates args.walk_end
+            except (OSError, TypeError):
                 return None
             for region in self._regions[:found]:
                 huge += min(region.end, end) - max(region.start, address)

@@ -19,12 +19,13 @@ and handshakes, which dominate below a few hundred KiB. Host messages under
 ``ALLREDUCE_SHM_MAX_BYTES`` (512 KiB, where MPICH copies once, straight from the
 sender's memory, CMA), and messages to ranks on other nodes, go through MPI,
 nonblocking (device messages: ``ALLREDUCE_IPC_MIN_BYTES``/``_MAX_BYTES``, by default
-all of them through the slots). Except where the sender's memory lies in 4 KiB pages:
-the kernel's copy pins them one at a time, at a third of its speed from huge pages, so
-such a message goes through the slots as well (:mod:`.pages`; where the kernel can tell,
-Linux 6.7+, and unless ``ALLREDUCE_SHM_BY_PAGES=0``). The receiver cannot see the
-sender's pages, so every large message within the node is then announced in the
-mailboxes, as below.
+all of them through the slots). With ``ALLREDUCE_SHM_BY_PAGES=1``, or by default where
+the THP setting is ``never``, a large message from 4 KiB pages goes through the slots as
+well: the kernel's copy pins the sender's pages one at a time, at a third of its speed
+from huge pages (:mod:`.pages`; where the kernel can tell, Linux 6.7+). The receiver
+cannot see the sender's pages, so every large message within the node is then announced
+in the mailboxes, as below; that cost the ring 2-19% on huge pages at 2-16 MiB, hence
+not by default where NumPy's large arrays get huge pages.
 
 As with MPI messages on one communicator and tag, the messages from one rank to
 another arrive in the order they were sent, and a receive must name the size of
@@ -49,7 +50,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .arrays import data_pointer, is_device, stream_synchronize
-from .pages import PageProbe
+from .pages import PageProbe, thp_mode
 from .registered import Registry, decode, encode
 from .settings import env_bytes, size_text
 from .transport import TAG
@@ -216,21 +217,24 @@ class Mailboxes:
 
 
 def _node_page_probe(comm):
-    """A :class:`.pages.PageProbe`, ``available`` only when it works on every rank of
-    ``comm``'s node and none of them set ``ALLREDUCE_SHM_BY_PAGES=0`` (collective: the
-    route of a large message must be announced exactly when every rank expects it). A
-    value other than 0 or 1 on any rank raises on every rank."""
-    wanted = os.environ.get("ALLREDUCE_SHM_BY_PAGES", "1").strip()
-    probe = PageProbe() if wanted == "1" else PageProbe.unavailable()
+    """A :class:`.pages.PageProbe`, ``available`` when large messages are to go by the
+    sender's pages on every rank of ``comm``'s node (collective: a large message must be
+    announced exactly when every rank expects it). ``ALLREDUCE_SHM_BY_PAGES``: ``auto``
+    (default) where the THP setting is ``never``, so every buffer lies in 4 KiB pages;
+    ``1`` always (buffers in 4 KiB pages on a machine with huge pages: PyTorch's CPU
+    tensors, say); ``0`` never. A value other than these on any rank raises on every rank."""
+    wanted = os.environ.get("ALLREDUCE_SHM_BY_PAGES", "auto").strip().lower()
+    on = wanted == "1" or (wanted == "auto" and thp_mode() == "never")
+    probe = PageProbe() if on else PageProbe.unavailable()
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:
-        flags = node.allgather((wanted in ("0", "1"), probe.available))
+        flags = node.allgather((wanted in ("auto", "0", "1"), probe.available))
     finally:
         node.Free()
     probe.available = all(works for _, works in flags)
     if not all(valid for valid, _ in flags):
         probe.free()
-        raise ValueError(f"ALLREDUCE_SHM_BY_PAGES must be 0 or 1 on every rank of the node "
+        raise ValueError(f"ALLREDUCE_SHM_BY_PAGES must be auto, 0 or 1 on every rank of the node "
                          f"(this rank: {wanted!r})")
     return probe
 
@@ -455,8 +459,9 @@ class SharedMemoryTransport:
         return self.max_bytes if not self.registered and self.pages is None else 1 << 62
 
     def _small_pages(self, raw):
-        """Whether the message ``raw`` lies mostly in 4 KiB pages (:mod:`.pages`)."""
-        return self.pages is not None and self.pages.huge_share(data_pointer(raw), raw.size) < 0.5
+        """Whether the message ``raw`` lies in 4 KiB pages, judged by its middle page (:mod:`.pages`;
+        the kernel walks every page of a range it is asked about, so one page costs least)."""
+        return self.pages is not None and not self.pages.is_huge(data_pointer(raw) + raw.size // 2)
 
     def _node_rank(self, rank, nbytes):
         """The node rank of ``rank`` if a message of ``nbytes`` to or from it goes through
@@ -527,10 +532,22 @@ class SharedMemoryTransport:
         while not all(m.done for m in messages):
             if self.progress():
                 idle = 0
+            elif self._blocking_mpi(messages):
+                idle = 0
             else:
                 idle += 1
                 if idle >= SPINS_BEFORE_YIELD:
                     os.sched_yield()
+
+    def _blocking_mpi(self, messages):
+        """When every pending message is down to its MPI transfer (labels read, nothing left
+        for the slots), wait for those of ``messages`` inside MPI: polling each from Python
+        made a 2-8 MiB exchange 20-30% slower than ``MPI_Sendrecv``. True if it waited."""
+        for message in self.pending:
+            if not isinstance(getattr(message, "request", None), MPI.Request):
+                return False
+        MPI.Request.Waitall([m.request for m in messages if not m.done])
+        return True  # the next progress pass finishes them (a staged message is delivered)
 
     def _await(self, peer):
         """Spin until the next piece from node rank ``peer`` has arrived."""
@@ -565,14 +582,48 @@ class SharedMemoryTransport:
     def send(self, buf, dest):
         if not self.pending and self._node_rank(dest, buf.nbytes) is None:
             self.mpi.send(buf, dest)  # nothing pending, so blocking MPI is safe
+            return
+        request = self._announce_via_mpi(buf.view(np.uint8), dest)
+        if request is not None:
+            request.Wait()
         else:
             self.wait(self._start_send(buf.view(np.uint8), dest))
 
     def recv(self, buf, source):
-        if not self.pending and self._node_rank(source, buf.nbytes) is None:
+        if not self.pending and (self._node_rank(source, buf.nbytes) is None
+                                 or self._take_via_mpi(buf.nbytes, source)):
             self.mpi.recv(buf, source)
         else:
             self.wait(self._start_recv_into(buf.view(np.uint8), source))
+
+    def _announce_via_mpi(self, raw, dest):
+        """With nothing pending, a large plain message whose route is MPI (:meth:`_small_pages`)
+        is started at once: its label, then its ``Isend``, whose request this returns for the
+        caller to wait on inside MPI. None, with nothing done, otherwise. The general path's
+        queues and a poll per message cost 10-15 us per 2 MiB exchange."""
+        if self.pending or self.registered or raw.size <= self.max_bytes:
+            return None
+        out = self._node_rank(dest, raw.size)
+        if out is None or not self.box.slot_free(out) or self._small_pages(raw):
+            return None
+        self.box.post_label(out, raw.size, VIA_MPI)
+        return self.mpi.isend(raw, dest)
+
+    def _take_via_mpi(self, size, source):
+        """With nothing pending, wait for the label of the next message from ``source`` (a
+        large one within the node); True, the label taken, when the message follows through
+        MPI (the caller receives it there), False when it comes otherwise (left for the
+        general path) or this does not apply."""
+        if self.pending or self.registered or size <= self.max_bytes:
+            return False
+        peer = self._node_rank(source, size)
+        if peer is None:
+            return False
+        self._await(peer)
+        if self.box.incoming(peer, size, 0) is not None:
+            return False
+        self.box.release(peer)
+        return True
 
     def sendrecv(self, sendbuf, dest, recvbuf, source):
         send_bytes, recv_bytes = sendbuf.nbytes, recvbuf.nbytes
@@ -591,7 +642,9 @@ class SharedMemoryTransport:
             box.release(peers[1])
         else:
             raw = recvbuf.view(np.uint8)
-            if not self._exchange_in_place(sendbuf, dest, recv_bytes, source, _copier(self.xp, raw), raw):
+            deliver = _copier(self.xp, raw)
+            if not (self._exchange_in_place(sendbuf, dest, recv_bytes, source, deliver, raw)
+                    or self._exchange_via_mpi(sendbuf, dest, recv_bytes, source, deliver, raw)):
                 self.wait(self._start_send(sendbuf.view(np.uint8), dest), self._start_recv_into(raw, source))
 
     def sendrecv_combine(self, sendbuf, dest, acc, source, out, combine):
@@ -612,7 +665,8 @@ class SharedMemoryTransport:
             combine(acc, incoming, out)
         else:
             reduce = _reducer(acc, out, combine)
-            if not self._exchange_in_place(sendbuf, dest, size, source, reduce):
+            if not (self._exchange_in_place(sendbuf, dest, size, source, reduce)
+                    or self._exchange_via_mpi(sendbuf, dest, size, source, reduce)):
                 self.wait(self._start_send(sendbuf.view(np.uint8), dest), self._start_recv(size, source, reduce))
 
     def recv_combine(self, acc, source, out, combine):
@@ -620,9 +674,10 @@ class SharedMemoryTransport:
         reducing straight from the shared slots or from the sender's registered vector (no
         copy into scratch first). Every pending message makes progress meanwhile."""
         size = acc.nbytes
-        if self._node_rank(source, size) is None:
+        unannounced = self._node_rank(source, size) is None
+        if unannounced or self._take_via_mpi(size, source):  # through MPI (its label taken if announced)
             incoming = self.workspace.get(self.xp, acc.dtype, acc.size, "shm-combine")
-            self.recv(incoming, source)
+            (self.recv if unannounced else self.mpi.recv)(incoming, source)
             combine(acc, incoming, out)
         else:
             self.wait(self._start_recv(size, source, _reducer(acc, out, combine)))
@@ -666,6 +721,23 @@ class SharedMemoryTransport:
             idle += 1
             if idle >= SPINS_BEFORE_YIELD:
                 os.sched_yield()
+        return True
+
+    def _exchange_via_mpi(self, sendbuf, dest, size, source, deliver, into=None):
+        """A blocking exchange whose send goes through MPI with nothing else pending
+        (:meth:`_announce_via_mpi`): when the incoming message does too, its ``Irecv`` (into
+        ``into``, or scratch and then ``deliver``) and one ``Waitall`` inside MPI; otherwise
+        the general path receives it. False, with nothing done, when it does not apply."""
+        send = self._announce_via_mpi(sendbuf.view(np.uint8), dest)
+        if send is None:
+            return False
+        if not self._take_via_mpi(size, source):
+            self.wait(self._started(_MpiMessage(send)), self._start_recv(size, source, deliver, into))
+            return True
+        target = into if into is not None else self.workspace.get(self.xp, np.uint8, size, "shm-via-mpi")
+        MPI.Request.Waitall([send, self.mpi.irecv(target, source)])
+        if into is None:
+            deliver(target, 0, size)
         return True
 
     def describe(self):

@@ -7,7 +7,7 @@ import subprocess
 
 from mpi4py import MPI
 
-from .pages import thp_mode
+from algorithms.pages import thp_mode
 
 
 def relevant_env():
@@ -40,7 +40,7 @@ def commit():
 def describe():
     """A dict for results files: host, CPU, cores, Python, MPI library, commit, the settings
     that matter (environment; transparent huge pages, which set the speed of MPI's kernel copy:
-    :mod:`bench.pages`)."""
+    `algorithms.pages`)."""
     import numpy
 
     return {

@@ -16,20 +16,8 @@ import re
 
 import numpy as np
 
-THP_SETTING = "/sys/kernel/mm/transparent_hugepage/enabled"
 SMAPS = "/proc/self/smaps"
 _VMA = re.compile(r"^([0-9a-f]+)-([0-9a-f]+) ")
-
-
-def thp_mode(path=THP_SETTING):
-    """The machine's THP setting (``always``, ``madvise`` or ``never``: the bracketed word of
-    ``path``), or ``"unavailable"`` where the file cannot be read (not Linux, no THP)."""
-    try:
-        with open(path) as f:
-            found = re.search(r"\[(\w+)\]", f.read())
-    except OSError:
-        return "unavailable"
-    return found.group(1) if found else "unavailable"
 
 
 def small_page_vector(count, dtype):

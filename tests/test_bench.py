@@ -407,7 +407,8 @@ def test_page_backing_agrees_with_the_kernels_page_flags():
     for each page; a 4 KiB-page vector holds none; the THP setting read from its file."""
     import mmap
 
-    from bench.pages import huge_page_share, small_page_vector, thp_mode
+    from algorithms.pages import thp_mode
+    from bench.pages import huge_page_share, small_page_vector
 
     huge = 2 << 20
     mapping = mmap.mmap(-1, 9 * huge, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
@@ -433,7 +434,7 @@ def test_page_backing_agrees_with_the_kernels_page_flags():
 
 
 def test_thp_setting_is_the_bracketed_word(tmp_path):
-    from bench.pages import thp_mode
+    from algorithms.pages import thp_mode
 
     setting = tmp_path / "enabled"
     setting.write_text("always [madvise] never\n")

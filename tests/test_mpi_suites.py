@@ -52,14 +52,15 @@ def test_direct_transport_suite(tmp_path):
 
 def test_shared_memory_transport_suite_with_small_slots(tmp_path):
     """The shared-memory transport with 4 KiB slots and 16 KiB segments, so messages take
-    several pieces and wait for free slots, and messages under 64 B or over 64 KiB (the
-    parameter server's results) go through MPI in between, unannounced, whatever their pages
-    (``ALLREDUCE_SHM_BY_PAGES=0``: the route on kernels that cannot tell; with the default,
-    the other suites send the large ones from 4 KiB pages through the slots)."""
+    several pieces and wait for free slots; messages under 64 B go through MPI in between,
+    and those over 64 KiB (the parameter server's results) go by the sender's pages
+    (``ALLREDUCE_SHM_BY_PAGES=1``): from NumPy's small arrays, in 4 KiB pages, through the
+    slots; from its large ones, in huge pages, through MPI, announced. The other suites run
+    the default, which on a machine with huge pages sends every large one through MPI."""
     run_suite(3, "tests/mpi/test_correctness.py", tmp_path, timeout=300,
               env={"ALLREDUCE_SHM_SLOT_BYTES": "4096", "ALLREDUCE_SHM_MIN_BYTES": "64",
                    "ALLREDUCE_SHM_MAX_BYTES": "65536", "ALLREDUCE_SEGMENT_BYTES": "16384",
-                   "ALLREDUCE_SHM_BY_PAGES": "0"})
+                   "ALLREDUCE_SHM_BY_PAGES": "1"})
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 3, 5])

@@ -192,13 +192,19 @@ def huge_page_vector(nbytes):
     return region[:nbytes] if huge_page_share(region) == 1.0 else None
 
 
-@pytest.mark.parametrize("by_pages", ["1", "0"])
+@pytest.mark.parametrize("by_pages", ["1", "0", "auto"])
 def test_a_large_message_goes_by_the_senders_pages(comm, monkeypatch, by_pages):
-    """Over the largest size for the slots, a message from 4 KiB pages goes through the slots
-    (one posted piece per slot), one from huge pages through MPI (one posted label), when the
-    kernel can tell them apart (PAGEMAP_SCAN); with ALLREDUCE_SHM_BY_PAGES=0, or where it
-    cannot, both go through MPI unannounced. Sent back to back, nonblocking, both arrive whole."""
+    """Over the largest size for the slots, with ALLREDUCE_SHM_BY_PAGES=1 (or auto where the
+    THP setting is never), a message from 4 KiB pages goes through the slots (one posted
+    piece per slot), one from huge pages through MPI (one posted label), when the kernel can
+    tell them apart (PAGEMAP_SCAN); otherwise both go through MPI unannounced. Sent back to
+    back, nonblocking, both arrive whole."""
+    from algorithms.pages import PageProbe, thp_mode
     from bench.pages import small_page_vector
+
+    probe = PageProbe()
+    expect_routed = probe.available and (by_pages == "1" or (by_pages == "auto" and thp_mode() == "never"))
+    probe.free()
 
     if comm.size < 2:
         pytest.skip("needs two ranks")
@@ -224,8 +230,7 @@ def test_a_large_message_goes_by_the_senders_pages(comm, monkeypatch, by_pages):
                 r.Wait()
             whole = [np.array_equal(g, message(0, 1, i, n)) for i, g in enumerate(got)]
         comm.Barrier()  # the checks after it: a failing rank must not leave the other waiting
-    if by_pages == "0":
-        assert not routed
+    assert routed == expect_routed
     if comm.rank == 0:  # 0: through MPI, unannounced
         assert pieces == ((-(-n // SLOT), 1) if routed else (0, 0)), pieces
     elif comm.rank == 1:
@@ -235,14 +240,14 @@ def test_a_large_message_goes_by_the_senders_pages(comm, monkeypatch, by_pages):
 def test_page_route_setting_must_be_0_or_1(comm, monkeypatch):
     """A bad ALLREDUCE_SHM_BY_PAGES on one rank raises on every rank (the route must agree)."""
     monkeypatch.setenv("ALLREDUCE_SHM_BY_PAGES", "yes" if comm.rank == comm.size - 1 else "1")
-    with pytest.raises(ValueError, match="ALLREDUCE_SHM_BY_PAGES must be 0 or 1 on every rank"):
+    with pytest.raises(ValueError, match="ALLREDUCE_SHM_BY_PAGES must be auto, 0 or 1 on every rank"):
         with built(comm, monkeypatch):
             pass
 
 
 def test_pages_are_probed_from_the_kernel():
     """algorithms.pages against bench.pages (from /proc/self/smaps): a 4 KiB-page vector holds
-    no huge page, a huge-page one is all huge, sub-ranges included."""
+    no huge page, a huge-page one is all huge, sub-ranges and single pages included."""
     from algorithms.pages import PageProbe
     from bench.pages import small_page_vector
 
@@ -252,11 +257,13 @@ def test_pages_are_probed_from_the_kernel():
     small = small_page_vector(1 << 20, np.uint8)
     small[:] = 1
     assert probe.huge_share(small.__array_interface__["data"][0], small.nbytes) == 0.0
+    assert not probe.is_huge(small.__array_interface__["data"][0] + 5000)
     huge = huge_page_vector(2 << 20)
     if huge is None:
         pytest.skip("no huge page to be had here")
     address = huge.__array_interface__["data"][0]
     assert probe.huge_share(address, huge.nbytes) == 1.0
     assert probe.huge_share(address + 100, 5000) == 1.0
+    assert probe.is_huge(address + (1 << 20)) and probe.is_huge(address + (1 << 20))  # asked, then remembered
     probe.free()
     assert not probe.available
