@@ -3,13 +3,13 @@
 MPICH moves a large message between two processes of a node with one kernel copy (CMA:
 ``process_vm_readv``), which pins the sender's pages one at a time: from 4 KiB pages it ran
 at 6-9 GB/s on the test VM, from huge pages at 18-28 GB/s (``results/perf-cpu-notes.md``).
-The shared-memory transport therefore sends a large message from 4 KiB pages through its
-slots (two copies, nothing pinned) and one from huge pages through MPI.
+So the shared-memory transport can send a large message from 4 KiB pages through its slots
+(two copies, nothing pinned) and one from huge pages through MPI (``ALLREDUCE_SHM_BY_PAGES``).
 
 The kernel says which pages are huge through the ``PAGEMAP_SCAN`` ioctl of
 ``/proc/self/pagemap`` (Linux 6.7; ``PAGE_IS_HUGE``), a walk of the page tables of just
-that range: about 1 us for the one page :meth:`PageProbe.is_huge` asks about. Where it is missing, :class:`PageProbe` is not
-``available`` and every large message goes through MPI.
+that range: about 1 us for the one page :meth:`PageProbe.is_huge` asks about. Where it is
+missing, :class:`PageProbe` is not ``available`` and every large message goes through MPI.
 """
 
 import ctypes

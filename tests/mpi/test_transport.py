@@ -267,3 +267,43 @@ def test_pages_are_probed_from_the_kernel():
     assert probe.is_huge(address + (1 << 20)) and probe.is_huge(address + (1 << 20))  # asked, then remembered
     probe.free()
     assert not probe.available
+
+
+def test_exchanges_whose_routes_differ(comm, monkeypatch):
+    """With ALLREDUCE_SHM_BY_PAGES=1, ranks 0 and 1 exchange large messages (sendrecv, then
+    sendrecv_combine against NumPy, then send and recv_combine) from every pair of page
+    kinds: each side's message takes its own route (slots from 4 KiB pages, MPI from huge
+    pages), and each must arrive whole whatever the other's route."""
+    from bench.pages import small_page_vector
+
+    if comm.size < 2:
+        pytest.skip("needs two ranks")
+    n = 3 * HIGH + 8
+    huge = huge_page_vector(n)
+    if comm.allreduce(huge is None, op=MPI.LOR):
+        pytest.skip("no huge page to be had here")
+    small = small_page_vector(n, np.uint8)
+    monkeypatch.setenv("ALLREDUCE_SHM_BY_PAGES", "1")
+    add = lambda a, b, o: np.add(a, b, out=o)  # noqa: E731
+    wrong = []
+    with built(comm, monkeypatch) as transport:
+        for i, kinds in enumerate(((huge, small), (small, huge), (huge, huge), (small, small))):
+            if comm.rank > 1:
+                continue
+            peer, mine = 1 - comm.rank, kinds[comm.rank]
+            mine[:] = message(comm.rank, peer, i, n)
+            got = np.full(n, 255, np.uint8)
+            transport.sendrecv(mine, peer, got, peer)
+            wrong += [("sendrecv", i)] if not np.array_equal(got, message(peer, comm.rank, i, n)) else []
+            acc, out = np.arange(n // 4, dtype=np.float32), np.zeros(n // 4, np.float32)
+            transport.sendrecv_combine(mine.view(np.float32), peer, acc, peer, out, add)
+            expected = acc + message(peer, comm.rank, i, n).view(np.float32)
+            wrong += [("sendrecv_combine", i)] if not np.array_equal(out, expected) else []
+            if comm.rank == 0:
+                transport.send(mine, 1)
+            else:
+                transport.recv_combine(acc, 0, out, add)
+                expected = acc + message(0, 1, i, n).view(np.float32)
+                wrong += [("send, recv_combine", i)] if not np.array_equal(out, expected) else []
+        comm.Barrier()
+    assert wrong == []
