@@ -571,11 +571,12 @@ class SharedMemoryTransport:
         if not self.pending and self._node_rank(dest, buf.nbytes) is None:
             self.mpi.send(buf, dest)  # nothing pending, so blocking MPI is safe
             return
-        request = self._announce_via_mpi(buf.view(np.uint8), dest)
+        raw = buf.view(np.uint8)
+        request = self._announce_via_mpi(raw, dest)
         if request is not None:
             request.Wait()
         else:
-            self.wait(self._start_send(buf.view(np.uint8), dest))
+            self.wait(self._start_send(raw, dest))
 
     def recv(self, buf, source):
         if not self.pending and (self._node_rank(source, buf.nbytes) is None

@@ -8,7 +8,9 @@ the same speed on either. NumPy asks for huge pages (``madvise``) for arrays of 
 more; many other allocators (PyTorch's CPU allocator by default) do not, and a machine whose
 THP setting is ``never`` gives none. :mod:`bench.perf` therefore reports the share of its
 plain vectors in huge pages, and times native and ring once more on vectors held in 4 KiB
-pages (:func:`small_page_vector`).
+pages (:func:`small_page_vector`). The share comes from ``/proc/self/smaps``, which every
+Linux kernel has, not from :class:`algorithms.pages.PageProbe` (Linux 6.7+); the tests check
+the probe against it, and it against the kernel's per-page flags.
 """
 
 import mmap
