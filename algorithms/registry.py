@@ -5,7 +5,7 @@ A function with a ``tree_method`` attribute also takes the ``topology.Tree`` to 
 built by that ``topology.build_tree`` method unless the caller passes one.
 """
 
-from . import ps, recursive_doubling, ring, tree
+from . import double_tree, ps, recursive_doubling, ring, tree
 
 ALGORITHMS = {
     "ps": ps.allreduce,
@@ -13,5 +13,6 @@ ALGORITHMS = {
     "tree": tree.built_by("binomial"),
     "bamtree": tree.built_by("bam"),
     "kmtree": tree.built_by("km"),
+    "dbtree": double_tree.allreduce,
     "rd": recursive_doubling.allreduce,
 }

@@ -128,7 +128,8 @@ class StagedTransport:
     chunks of that size through two host buffers each way, so that the copy of chunk k+1
     to the host, the transfer of chunk k and the copy of chunk k-1 to the device overlap
     (the device copies run on a stream of their own). Sender and receiver cut a message
-    alike, since a receive has the size of its send."""
+    alike, since a receive has the size of its send, and so do the nonblocking calls (one
+    host buffer, a request per chunk): any send matches any receive of its size."""
 
     note = None
 
@@ -234,13 +235,13 @@ class StagedTransport:
         """Copy ``buf`` to a host buffer of its own and start sending that; ``Wait()`` ends it."""
         host = self._lend(buf.nbytes)
         self._copy_out(buf, host)
-        return _Staged(self.comm.Isend(host[:buf.nbytes], dest, TAG), host, self._spare)
+        return _Staged([self.comm.Isend(host[lo:hi], dest, TAG) for lo, hi in self._cuts(buf)], host, self._spare)
 
     def irecv(self, buf, source):
         """Receive into a host buffer of its own; ``Wait()`` copies it into ``buf``."""
         host = self._lend(buf.nbytes)
-        request = self.comm.Irecv(host[:buf.nbytes], source, TAG)
-        return _Staged(request, host, self._spare, lambda: self._to_device(host[:buf.nbytes], buf))
+        requests = [self.comm.Irecv(host[lo:hi], source, TAG) for lo, hi in self._cuts(buf)]
+        return _Staged(requests, host, self._spare, lambda: self._to_device(host[:buf.nbytes], buf))
 
     def _copy_out(self, buf, host):
         """``buf``'s bytes into ``host``, after the device work queued before, finished on return."""
@@ -249,22 +250,22 @@ class StagedTransport:
 
 
 class _Staged:
-    """A staged nonblocking message: waits for MPI, runs ``then`` (the copy to the device for
-    a receive), then returns its host buffer to the spares."""
+    """A staged nonblocking message: waits for MPI (its chunks' ``requests``), runs ``then`` (the
+    copy to the device for a receive), then returns its host buffer to the spares."""
 
-    __slots__ = ("request", "host", "spare", "then", "done")
+    __slots__ = ("requests", "host", "spare", "then", "done")
 
-    def __init__(self, request, host, spare, then=None):
-        self.request, self.host, self.spare, self.then, self.done = request, host, spare, then, False
+    def __init__(self, requests, host, spare, then=None):
+        self.requests, self.host, self.spare, self.then, self.done = requests, host, spare, then, False
 
     def Wait(self):
         if not self.done:
-            self.request.Wait()
+            MPI.Request.Waitall(self.requests)
             self._finish()
 
     def Test(self):
         """True once the message is complete (and, for a receive, copied into its buffer)."""
-        if not self.done and self.request.Test():
+        if not self.done and MPI.Request.Testall(self.requests):
             self._finish()
         return self.done
 

@@ -70,7 +70,7 @@ def parse_args(argv):
                    help="1: send and receive buffers from algorithms.alloc_registered (host memory that the "
                         "ranks of a node read in place), as nccl-tests -R 1 registers them with NCCL")
     p.add_argument("--algo", default="all",
-                   help="comma list of ps,ring,tree,bamtree,kmtree,rd,mpi,nccl or all "
+                   help="comma list of ps,ring,tree,bamtree,kmtree,dbtree,rd,mpi,nccl or all "
                         "(bamtree and kmtree need --topology; nccl needs --device gpu)")
     p.add_argument("--collective", default="allreduce", choices=sorted(COLLECTIVES))
     p.add_argument("--device", default="cpu", choices=("cpu", "gpu"))

@@ -12,6 +12,10 @@ alpha is a message's start-up time, beta a link's bandwidth, M the bytes per ran
             s = M/S bytes (``algorithms.layout``): t_l = alpha_l + s/beta_l for level l's
             slowest pair; fill the pipeline up and down, then one segment per t_max:
             2 sum over levels t_l + (S-1) max_l t_l  (S = 1: sum over levels 2(alpha + M/beta))
+  dbtree    two binary trees (``topology.double_binary_trees``), each carrying M/2 in S segments
+            of s bytes, one segment per tree and step on each of its links, both directions:
+            (S + H + D - 1) steps (H the roots' height, D the deepest rank's depth), each as
+            slow as the busiest directed link: the sum of alpha + s/beta over the trees using it
   rd        recursive doubling: per step the slowest pair exchanging M, log2 p steps
             (p the largest power of two <= N), plus the fold in and out when N > p
 With a probe file, alpha and beta are per link (beta of a tree edge is its slower
@@ -24,12 +28,12 @@ import sys
 
 
 from algorithms.layout import SEGMENT_BYTES
-from topology import BandwidthMatrix, build_tree, uniform
+from topology import BandwidthMatrix, build_tree, double_binary_trees, uniform
 
 from .results import read_results
 from .sizes import parse_size, sweep
 
-ALGORITHMS = ("ps", "ring", "tree", "bamtree", "kmtree", "rd")
+ALGORITHMS = ("ps", "ring", "tree", "bamtree", "kmtree", "dbtree", "rd")
 _TREE_METHODS = {"tree": "binomial", "bamtree": "bam", "kmtree": "km"}
 
 
@@ -58,6 +62,8 @@ class Model:
             return 2 * (n - 1) * (alpha + m / (n * beta))
         if algorithm == "rd":
             return self._recursive_doubling(m)
+        if algorithm == "dbtree":
+            return self._two_trees(m)
         return self._pipelined_tree(self.tree(algorithm), m)
 
     def _link(self, i, j, m):
@@ -69,6 +75,19 @@ class Model:
         s = m / segments
         levels = [max(max(self._link(c, p, s), self._link(p, c, s)) for p, c in level) for level in tree.levels]
         return 2 * sum(levels) + (segments - 1) * max(levels)
+
+    def _two_trees(self, m):
+        trees = double_binary_trees(self.n)
+        segments = max(1, math.ceil(m / 2 / SEGMENT_BYTES))
+        s = m / 2 / segments
+        load = {}
+        for tree in trees:
+            for level in tree.levels:
+                for p, c in level:
+                    for i, j in ((p, c), (c, p)):
+                        load[i, j] = load.get((i, j), 0.0) + self._link(i, j, s)
+        fill = max(max(t.heights()) + max(t.depth_of(r) for r in range(self.n)) for t in trees)
+        return (segments + fill - 1) * max(load.values())
 
     def _recursive_doubling(self, m):
         n = self.n

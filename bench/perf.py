@@ -1,7 +1,7 @@
 """``mpiexec -n 2 python -m bench perf``: issue 6's performance targets, measured in one run.
 
 For each size: native ``MPI_Allreduce`` and each of our algorithms (``check=False``;
-the agreement check's extra cost is reported beside; ring and tree also on registered
+the agreement check's extra cost is reported beside; ring and trees also on registered
 vectors, ``algorithms.alloc_registered``), repeated ``--repeats`` times, median kept,
 and the whole sweep run ``--runs`` times, the median of the sweeps kept; busbw, the
 ratio to native, and a single-process ``numpy.copyto`` of the same size (the physical
@@ -35,8 +35,8 @@ from .machine import describe
 from .pages import huge_page_share, small_page_vector
 from .sizes import parse_size, sweep
 
-ALGOS = ("ring", "tree", "ps", "rd")
-REGISTERED = ("ring", "tree")  # also timed on vectors from algorithms.alloc_registered, as "<algo>_reg"
+ALGOS = ("ring", "tree", "dbtree", "ps", "rd")
+REGISTERED = ("ring", "tree", "dbtree")  # also timed on vectors from algorithms.alloc_registered, as "<algo>_reg"
 IN_PLACE = "ring_reg_inplace"  # and the ring in place on one, as nccl-tests' in-place columns
 SMALL_PAGES = ("native", "ring")  # also timed on plain vectors held in 4 KiB pages, as "<name>_4kpages"
 MIB = 1 << 20
@@ -285,6 +285,10 @@ def targets(data, sweeps=None):
     ratio_check("tree busbw >= 0.8x ring at 64 MiB", 64 << 20, 64 << 20, "tree_busbw", "ring_busbw", 0.8)
     ratio_check("tree busbw >= 0.8x ring at 64 MiB on registered vectors", 64 << 20, 64 << 20,
                 "tree_reg_busbw", "ring_reg_busbw", 0.8)
+    ratio_check("double binary tree (dbtree) busbw >= 0.8x ring at 64 MiB", 64 << 20, 64 << 20,
+                "dbtree_busbw", "ring_busbw", 0.8)
+    ratio_check("double binary tree busbw >= 0.8x ring at 64 MiB on registered vectors", 64 << 20, 64 << 20,
+                "dbtree_reg_busbw", "ring_reg_busbw", 0.8)
     grown = max(a["retained"] for a in data["steady_state_python_bytes"].values())
     transient = max(a["transient_peak"] for a in data["steady_state_python_bytes"].values())
     checks.append({"target": "no steady-state allocation (bytes retained; transient peak < 16 KiB)",
@@ -322,17 +326,20 @@ def markdown(data):
              "read in place by the peer, like nccl-tests -R); \"in place\": recvbuf is sendbuf; the others on "
              "plain NumPy arrays.", "",
              "| bytes | " + " | ".join(f"{_label(c)} (us)" for c in columns) + " | ring checked (us) | "
-             + " | ".join(f"{_label(c)} busbw" for c in columns) + " | ring/native | tree/ring | copy GB/s | ring/copy "
-             "| copy, all ranks at once GB/s | ring/that | ring reg/copy | ring reg in place/copy | tree reg/ring reg |",
-             "|---:|" + "---:|" * (2 * len(columns) + 10)]
+             + " | ".join(f"{_label(c)} busbw" for c in columns) + " | ring/native | tree/ring | dbtree/ring | copy GB/s | ring/copy "
+             "| copy, all ranks at once GB/s | ring/that | ring reg/copy | ring reg in place/copy | tree reg/ring reg "
+             "| dbtree reg/ring reg |",
+             "|---:|" + "---:|" * (2 * len(columns) + 12)]
     for r in data["rows"]:
         cells = [str(r["bytes"]), *(f"{r[f'{c}_s'] * 1e6:.1f}" for c in columns), f"{r['ring_checked_s'] * 1e6:.1f}",
                  *(f"{r[f'{c}_busbw']:.2f}" for c in columns), f"{r['ring_busbw'] / r['native_busbw']:.2f}",
-                 f"{r['tree_busbw'] / r['ring_busbw']:.2f}", f"{r['copy_GBps']:.1f}",
+                 f"{r['tree_busbw'] / r['ring_busbw']:.2f}", f"{r['dbtree_busbw'] / r['ring_busbw']:.2f}",
+                 f"{r['copy_GBps']:.1f}",
                  f"{r['ring_busbw'] / r['copy_GBps']:.2f}", f"{r['copy_all_ranks_GBps']:.1f}",
                  f"{r['ring_busbw'] / r['copy_all_ranks_GBps']:.2f}", f"{r['ring_reg_busbw'] / r['copy_GBps']:.2f}",
                  f"{r[f'{IN_PLACE}_busbw'] / r['copy_GBps']:.2f}",
-                 f"{r['tree_reg_busbw'] / r['ring_reg_busbw']:.2f}"]
+                 f"{r['tree_reg_busbw'] / r['ring_reg_busbw']:.2f}",
+                 f"{r['dbtree_reg_busbw'] / r['ring_reg_busbw']:.2f}"]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", f"Page backing (transparent huge pages: {m.get('transparent_hugepages', 'not recorded')}; "
               "`bench.pages`): the least share in huge pages of the plain vectors above and of a second pair held "

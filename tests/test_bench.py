@@ -56,14 +56,14 @@ def test_sweep_every_algorithm_read_by_a_superbench_style_parser(tmp_path):
     proc, log = bench(2, "-b", "8", "-e", "64K", "-f", "8", "-n", "3", "-w", "1", "-o", "all",
                       "-d", "int32", "--algo", "all", "-J", str(out), tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert algorithms_in(proc.stdout) == ["ps", "ring", "tree", "bamtree", "kmtree", "rd", "mpi"]
+    assert algorithms_in(proc.stdout) == ["ps", "ring", "tree", "bamtree", "kmtree", "dbtree", "rd", "mpi"]
     assert "# Topology: probed 2 ranks in 1 rounds" in proc.stdout  # no --topology: probe first
     transports = re.findall(r"# Transport: (.+)", proc.stdout)
-    assert transports == [transports[0]] * 6 + ["the MPI library's own collective"]
+    assert transports == [transports[0]] * 7 + ["the MPI library's own collective"]
     assert transports[0].startswith("shared-memory within a node; MPI between nodes")
     assert len(list(tmp_path.glob("probe-*-2r.json"))) == 1
     tables = superbench_parse(proc.stdout)
-    assert len(tables) == 7
+    assert len(tables) == 8
     for table in tables:
         assert table["oob"] == 0 and len(table["rows"]) == 5 * 4  # 5 sizes x 4 ops (no avg for ints)
         busbw = [r["oop"]["busbw"] for r in table["rows"]] + [r["ip"]["busbw"] for r in table["rows"]]
@@ -72,9 +72,9 @@ def test_sweep_every_algorithm_read_by_a_superbench_style_parser(tmp_path):
             assert int(r["size"]) == 4 * int(r["count"]) and r["type"] == "int32" and r["root"] == "-1"
             assert r["oop"]["#wrong"] == 0 and r["ip"]["#wrong"] == 0 and r["oop"]["time"] > 0
     document = json.loads(out.read_text())
-    assert len(document["results"]) == 140 and document["out_of_bounds"] == {"count": 0, "okay": "true"}
+    assert len(document["results"]) == 160 and document["out_of_bounds"] == {"count": 0, "okay": "true"}
     lines = [json.loads(line) for line in log.read_text().splitlines()]
-    assert len(lines) == 140 and {l["algorithm"] for l in lines} == {"ps", "ring", "tree", "bamtree", "kmtree", "rd", "mpi"}
+    assert len(lines) == 160 and {l["algorithm"] for l in lines} == {"ps", "ring", "tree", "bamtree", "kmtree", "dbtree", "rd", "mpi"}
     assert all(l["malloc"] == "glibc defaults" for l in lines)
     assert all(l["ranks"] == 2 and l["mpi"].startswith("MPICH") and l["commit"] for l in lines)
 
@@ -128,7 +128,7 @@ def test_matched_trees_from_a_probe(tmp_path):
     proc, _ = bench(3, "-b", "1K", "-e", "64K", "-f", "8", "-n", "2", "-w", "1", "--algo", "all",
                     "--topology", str(topo), tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert algorithms_in(proc.stdout) == ["ps", "ring", "tree", "bamtree", "kmtree", "rd", "mpi"]
+    assert algorithms_in(proc.stdout) == ["ps", "ring", "tree", "bamtree", "kmtree", "dbtree", "rd", "mpi"]
     assert all(t["oob"] == 0 and len(t["rows"]) == 3 for t in superbench_parse(proc.stdout))
 
 
@@ -188,7 +188,7 @@ BAD = [
     (["-b", "12Q"], "argument -b/--minbytes: invalid parse_size value: '12Q'"),
     (["-b", "1M", "-e", "1K"], "max bytes 1024 is below min bytes 1048576"),
     (["-b", "6", "-e", "6", "-d", "float"], "size 6 is not a multiple of 4 bytes (float32)"),
-    (["--algo", "ring,butterfly"], "unknown --algo butterfly for allreduce; choices: ps,ring,tree,bamtree,kmtree,rd,mpi,nccl,all"),
+    (["--algo", "ring,butterfly"], "unknown --algo butterfly for allreduce; choices: ps,ring,tree,bamtree,kmtree,dbtree,rd,mpi,nccl,all"),
     (["--algo", "nccl"], "--algo nccl needs --device gpu"),
     (["--device", "gpu", "--algo", "mpi"], "--algo mpi with --device gpu needs a CUDA-aware MPI"),
     (["--collective", "allgather", "--algo", "tree"], "unknown --algo tree for allgather; choices: ring,mpi,nccl,all"),
@@ -266,6 +266,10 @@ def test_model_reproduces_the_seed_and_reads_a_probe(tmp_path):
     # pipelined: fill 2 x 3 levels, then a segment per step
     assert model.time("tree", 14e9) == pytest.approx((segments + 2 * 3 - 1) * (10e-6 + 14e9 / segments / 400e9))
     assert model.time("rd", 14e9) == pytest.approx(3 * (10e-6 + 14e9 / 400e9))
+    # two trees on 2 ranks: each direction of the one link carries a segment of each per step;
+    # 1 level up and 1 down, so S + 1 steps of 2(alpha + s/beta), s = M/2/S
+    half = math.ceil(7e9 / SEGMENT_BYTES)
+    assert Model(uniform(2, 400, 10)).time("dbtree", 14e9) == pytest.approx((half + 1) * 2 * (10e-6 + 7e9 / half / 400e9))
     assert Model(uniform(6, 400, 10)).time("rd", 1e6) == pytest.approx((2 + 2) * (10e-6 + 1e6 / 400e9))
     seed = Model(seed_example())
     assert seed.time("bamtree", 1e9) < seed.time("kmtree", 1e9)  # BAM's slowest link 4 beats KM's 3
@@ -323,8 +327,8 @@ def test_perf_benchmark_writes_every_target(tmp_path):
                       parse_constant=lambda name: pytest.fail(f"perf.json holds {name}, which is not JSON"))
     assert [r["bytes"] for r in data["rows"]] == [8, 32768, 65536]
     for row in data["rows"]:
-        for name in ("native", "ring", "tree", "ps", "rd", "ring_checked", "ring_reg", "tree_reg", "ring_reg_inplace",
-                     "native_4kpages", "ring_4kpages"):
+        for name in ("native", "ring", "tree", "dbtree", "ps", "rd", "ring_checked", "ring_reg", "tree_reg",
+                     "dbtree_reg", "ring_reg_inplace", "native_4kpages", "ring_4kpages"):
             assert row[f"{name}_s"] > 0, (name, row)
         assert row["copy_GBps"] > 0 and row["copy_all_ranks_GBps"] > 0
         assert row["small_pages_huge_share"] in (0.0, None) and 0 <= (row["plain_huge_share"] or 0) <= 1
@@ -333,14 +337,14 @@ def test_perf_benchmark_writes_every_target(tmp_path):
         for key in ("native_s", "ring_s", "ring_reg_inplace_s", "copy_GBps"):
             assert row[key] == sorted(run["rows"][i][key] for run in data["runs"])[1], (key, row)
     targets = {t["target"]: t for t in data["targets"]}
-    assert len(targets) == 11
+    assert len(targets) == 13
     ratios = {size: sorted(run["rows"][i]["ring_busbw"] / run["rows"][i]["native_busbw"] for run in data["runs"])[1]
               for i, size in enumerate((8, 32768, 65536))}  # each sweep's own ratio, median over sweeps
     worst = min((ratios[32768], 32768), (ratios[65536], 65536))
     assert (targets["ring busbw >= 0.9x native, 32 KiB..256 KiB"]["worst"],
             targets["ring busbw >= 0.9x native, 32 KiB..256 KiB"]["at_bytes"]) == (round(worst[0], 3), worst[1])
     assert targets["ring busbw >= 1.0x native, 256 KiB..256 MiB"]["holds"] is False  # no size in range
-    assert set(data["steady_state_python_bytes"]) == {"ring", "tree", "ps", "rd"}
+    assert set(data["steady_state_python_bytes"]) == {"ring", "tree", "dbtree", "ps", "rd"}
     text = (tmp_path / "perf.md").read_text()
     assert "| target | measured (worst) | at bytes | holds | sweep 1 | sweep 2 | sweep 3 |" in text and "| 65536 |" in text
     assert "| ring busbw >= 1.0x native, 256 KiB..256 MiB | size not run |  | **no** | size not run (no) |" in text
@@ -358,7 +362,7 @@ def test_gpu_check_script_on_numpy_buffers(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads((tmp_path / "gpu-host.json").read_text())
     assert data["total_wrong"] == 0 and [p["ranks"] for p in data["parts"]] == [2, 3]
-    algos = {"ps", "ring", "tree", "bamtree", "kmtree", "rd"}
+    algos = {"ps", "ring", "tree", "bamtree", "kmtree", "dbtree", "rd"}
     for part in data["parts"]:
         assert [r["transport"] for r in part["runs"]] == ["shm", "staged", "direct"]
         for run in part["runs"]:

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from topology import (BandwidthMatrix, Tree, bottleneck, bottleneck_matching,
-                      bottleneck_matching_reference, build_tree, max_weight_matching,
+                      bottleneck_matching_reference, build_tree, double_binary_trees, max_weight_matching,
                       random_heterogeneous, seed_example, tree_cost, two_level, uniform)
 from topology.matrix import SEED_EXAMPLE_WEIGHTS
 from topology.probe import tournament
@@ -116,6 +116,39 @@ def test_every_tree_spans_all_ranks(size, method):
         assert tree.root == size // 3
         assert_spanning_tree_of_matchings(tree, matrix.links())
         assert tree.depth() == math.ceil(math.log2(size))  # every link present: U doubles
+
+
+@pytest.mark.parametrize("size", list(range(1, 70)))
+def test_double_binary_trees(size):
+    """Two binary spanning trees of depth <= ceil(log2 N); with an even rank count no rank is an
+    inner node of both (so each forwards and reduces about half of the vector), with an odd one
+    only rank 0. Heights and depths against a walk of the parent links."""
+    trees = double_binary_trees(size)
+    inner = []
+    for tree in trees:
+        assert tree.parent.count(-1) == 1 and tree.parent.index(-1) == tree.root and tree.size == size
+        depths = []
+        for rank in range(size):  # walk up: every rank reaches the root
+            path, node = [rank], rank
+            while tree.parent[node] >= 0:
+                node = tree.parent[node]
+                assert node not in path
+                path.append(node)
+            assert node == tree.root
+            depths.append(len(path) - 1)
+            assert tree.depth_of(rank) == depths[-1]
+        children = [[c for c in range(size) if tree.parent[c] == r] for r in range(size)]
+        assert all(len(c) <= 2 for c in children)
+        assert sorted(sum((tree.children(r) for r in range(size)), [])) == sorted(set(range(size)) - {tree.root})
+
+        def height(rank):
+            return max((height(c) + 1 for c in children[rank]), default=0)
+
+        assert tree.heights() == [height(r) for r in range(size)]
+        assert max(depths) <= math.ceil(math.log2(size))
+        inner.append({r for r in range(size) if children[r]})
+    assert trees[0].root == 0 and trees[1].root == (size - 1 if size % 2 == 0 else 1 % size)
+    assert inner[0] & inner[1] == set() if size % 2 == 0 else inner[0] & inner[1] <= {0}
 
 
 @pytest.mark.parametrize("size", [3, 5, 8, 12])

@@ -8,10 +8,11 @@ from .build import METHODS, build_tree, tree_cost
 from .matching import bottleneck, bottleneck_matching, bottleneck_matching_reference, max_weight_matching
 from .matrix import (BandwidthMatrix, as_matrix, random_heterogeneous, seed_example, two_level,
                      uniform)
-from .trees import Tree, binomial_tree
+from .trees import Tree, binomial_tree, double_binary_trees
 
 __all__ = [
     "BandwidthMatrix", "METHODS", "Tree", "as_matrix", "binomial_tree", "bottleneck",
-    "bottleneck_matching", "bottleneck_matching_reference", "build_tree", "max_weight_matching",
+    "bottleneck_matching", "bottleneck_matching_reference", "build_tree", "double_binary_trees",
+    "max_weight_matching",
     "random_heterogeneous", "seed_example", "tree_cost", "two_level", "uniform",
 ]

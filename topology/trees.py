@@ -26,6 +26,7 @@ class Tree:
     levels: list
     bottlenecks: list = field(default_factory=list, compare=False)
     _children: list = field(default=None, compare=False, repr=False)
+    _heights: list = field(default=None, compare=False, repr=False)
     _digest: int = field(default=None, compare=False, repr=False)
 
     @property
@@ -74,6 +75,23 @@ class Tree:
             self._children = table
         return self._children[rank]
 
+    def heights(self):
+        """Each rank's height: 0 for a leaf, else one more than its highest child's."""
+        if self._heights is None:
+            heights = [0] * self.size
+            for level in reversed(self.levels):  # a child joins after its parent: deepest first
+                for p, c in level:
+                    heights[p] = max(heights[p], heights[c] + 1)
+            self._heights = heights
+        return self._heights
+
+    def depth_of(self, rank):
+        """How many links lie between ``rank`` and the root."""
+        depth = 0
+        while rank != self.root:
+            rank, depth = self.parent[rank], depth + 1
+        return depth
+
     def depth(self):
         """Number of levels (communication steps of each phase)."""
         return len(self.levels)
@@ -98,3 +116,45 @@ def binomial_tree(size, root=0):
         )
         span *= 2
     return Tree.from_levels(size, root, levels)
+
+
+def double_binary_trees(size):
+    """The two trees of NCCL's double binary tree (the two-tree scheme of Sanders, Speck and
+    Traeff, Parallel Computing 35, 2009): each carries half of an all-reduce at the same time.
+
+    The first is an in-order binary tree under rank 0: rank r > 0 with lowest set bit b
+    hangs below r - b or r + b, whichever is a multiple of 2b but not of 4b (r - b when
+    r + b is past the end), so odd ranks are leaves. The second is the first mirrored
+    (r -> size-1-r) when ``size`` is even, which makes the odd ranks its inner nodes, or
+    shifted by one rank when ``size`` is odd. Depth about log2 size each."""
+    if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 1:
+        raise ValueError(f"tree size must be a positive integer, got {size!r}")
+    first = [-1] * size
+    for r in range(1, size):
+        low = r & -r
+        up = (r ^ low) | (low << 1)
+        first[r] = up if up < size else r ^ low
+    if size % 2 == 0:
+        second = [-1 if first[size - 1 - r] < 0 else size - 1 - first[size - 1 - r] for r in range(size)]
+    else:
+        second = [-1 if first[(r - 1) % size] < 0 else (first[(r - 1) % size] + 1) % size for r in range(size)]
+    return _from_parents(first), _from_parents(second)
+
+
+def _from_parents(parent):
+    """The tree with these parents (``-1`` at the root) as levels: a rank's children join one
+    level after another, in rank order, starting the level after the rank joined."""
+    root = parent.index(-1)
+    children = [[] for _ in parent]
+    for rank, p in enumerate(parent):
+        if p >= 0:
+            children[p].append(rank)
+    joined, order, levels = {root: -1}, [root], []
+    for p in order:
+        for i, c in enumerate(children[p]):
+            level = joined[p] + 1 + i
+            joined[c] = level
+            order.append(c)
+            levels.extend([] for _ in range(level + 1 - len(levels)))
+            levels[level].append((p, c))
+    return Tree.from_levels(len(parent), root, levels)

@@ -8,6 +8,8 @@ import pytest
 from mpi4py import MPI
 
 import algorithms
+from algorithms import tree as tree_executor
+from algorithms.executor import private_comm
 from conftest import counts_for, native_reference, numpy_reference, options, rank_input, wrong_elements
 from topology import Tree, binomial_tree
 
@@ -131,6 +133,26 @@ def test_tree_executor_runs_any_tree(comm, op):
             out = algorithms.allreduce(x, np.empty_like(x), op=op, algorithm="tree", tree=tree)
             if wrong_elements(out, expected):
                 failures.append(f"tree {t} (root {tree.root}, {tree.depth()} levels) n={count}")
+    assert not failures, f"rank {comm.rank}: " + "; ".join(failures)
+
+
+def test_tree_executor_runs_two_trees_at_once(comm):
+    """Two trees each carrying half of the vector at once, as dbtree's do: pairs of every shape,
+    a tree with itself and a chain with its reverse among them, so that one link carries both
+    trees' messages in one direction or in opposite ones."""
+    trees = trees_for(comm.size)
+    chain = Tree.from_levels(comm.size, comm.size - 1, [[(r, r - 1)] for r in range(comm.size - 1, 0, -1)])
+    pairs = [(trees[0], trees[0]), (trees[comm.size], chain)] + [(t, trees[(3 * i + 1) % len(trees)]) for i, t in enumerate(trees)]
+    coll = private_comm(comm).collective(np, "sum")
+    failures = []
+    for count in (comm.size + 1, 40_000):
+        x = rank_input("int32", "sum", count, comm.rank, comm.size)
+        expected = numpy_reference("int32", "sum", count, comm.size)
+        for p, pair in enumerate(pairs):
+            out = np.full_like(x, 99)
+            tree_executor.allreduce(coll, x, out, list(pair))
+            if wrong_elements(out, expected):
+                failures.append(f"pair {p} (roots {pair[0].root}, {pair[1].root}) n={count}")
     assert not failures, f"rank {comm.rank}: " + "; ".join(failures)
 
 

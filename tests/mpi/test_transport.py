@@ -1,6 +1,7 @@
 """The shared-memory transport on its own, under mpiexec: every byte of every message arrives,
 in order, for sizes on both sides of every threshold, blocking and nonblocking, and a
-receive of the wrong size raises instead of delivering garbage.
+receive of the wrong size raises instead of delivering garbage. One test holds every
+transport to the rule that any send matches any receive of its size.
 
 Each test builds its own transport on a fresh communicator with small slots (256 bytes,
 SLOTS of them), so messages take many pieces and senders wait for free slots; messages
@@ -15,7 +16,7 @@ from mpi4py import MPI
 
 from algorithms.executor import WORKSPACE, Private
 from algorithms.shared_memory import SLOTS, SharedMemoryTransport
-from algorithms.transport import DirectTransport
+from algorithms.transport import DirectTransport, StagedTransport
 
 pytestmark = pytest.mark.mpi
 
@@ -92,6 +93,34 @@ def test_a_later_message_waits_for_an_earlier_one(comm, transport):
         assert np.array_equal(got_long, long) and np.array_equal(got_short, short)
     else:
         comm.Barrier()
+
+
+@pytest.mark.parametrize("kind", ["shared-memory", "staged", "direct"])
+def test_any_send_matches_any_receive(comm, monkeypatch, kind):
+    """Nonblocking sends taken by blocking receives and blocking sends by nonblocking receives,
+    around the ring, as the tree executor mixes them; the staged transport with 1 KiB chunks,
+    so that its larger messages move in pieces (pipelined when blocking)."""
+    monkeypatch.setenv("ALLREDUCE_STAGE_BYTES", "1024")
+    rank, size = comm.rank, comm.size
+    right, left = (rank + 1) % size, (rank - 1) % size
+    with contextlib.ExitStack() as stack:
+        if kind == "shared-memory":
+            transport = stack.enter_context(built(comm, monkeypatch))
+        else:
+            private = Private(comm.Dup())
+            stack.callback(private.free)
+            transport = (StagedTransport if kind == "staged" else DirectTransport)(private, np, WORKSPACE)
+        for i, n in enumerate(SIZES + [5000]):
+            got = np.full(n, 255, np.uint8)
+            sending = transport.isend(message(rank, right, i, n), right)
+            transport.recv(got, left)
+            sending.Wait()
+            assert np.array_equal(got, message(left, rank, i, n)), ("isend, recv", n)
+            got[:] = 255
+            receiving = transport.irecv(got, left)
+            transport.send(message(rank, right, i, n), right)
+            receiving.Wait()
+            assert np.array_equal(got, message(left, rank, i, n)), ("send, irecv", n)
 
 
 def test_blocking_ring_of_sendrecvs(comm, transport):
