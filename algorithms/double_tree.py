@@ -6,7 +6,8 @@ of the vector, pipelined, at the same time (:func:`.tree.allreduce`). A rank tha
 inner node of one tree is a leaf of the other (for an even rank count), so every rank
 reduces and forwards about half the vector, where one tree leaves that all to its inner
 nodes: with 2 ranks one tree's root reduces the whole vector, and each of two trees' roots
-half of it, as in the ring. Time ~ 2 log2 N alpha + about 2 M/beta for large M.
+half of it, as in the ring. Time: a pipelined tree's, each tree on M/2, where the two
+trees' links differ (``bench.model`` adds up a link both use).
 """
 
 import functools

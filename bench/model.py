@@ -14,8 +14,8 @@ alpha is a message's start-up time, beta a link's bandwidth, M the bytes per ran
             2 sum over levels t_l + (S-1) max_l t_l  (S = 1: sum over levels 2(alpha + M/beta))
   dbtree    two binary trees (``topology.double_binary_trees``), each carrying M/2 in S segments
             of s bytes, one segment per tree and step on each of its links, both directions:
-            (S + H + D - 1) steps (H the roots' height, D the deepest rank's depth), each as
-            slow as the busiest directed link: the sum of alpha + s/beta over the trees using it
+            S + 2H - 1 steps (H the taller tree's height), each as slow as the busiest
+            directed link: the sum of alpha + s/beta over the trees using it
   rd        recursive doubling: per step the slowest pair exchanging M, log2 p steps
             (p the largest power of two <= N), plus the fold in and out when N > p
 With a probe file, alpha and beta are per link (beta of a tree edge is its slower
@@ -86,8 +86,8 @@ class Model:
                 for p, c in level:
                     for i, j in ((p, c), (c, p)):
                         load[i, j] = load.get((i, j), 0.0) + self._link(i, j, s)
-        fill = max(max(t.heights()) + max(t.depth_of(r) for r in range(self.n)) for t in trees)
-        return (segments + fill - 1) * max(load.values())
+        height = max(max(t.heights()) for t in trees)
+        return (segments + 2 * height - 1) * max(load.values())
 
     def _recursive_doubling(self, m):
         n = self.n
