@@ -77,7 +77,9 @@ class Model:
         return 2 * sum(levels) + (segments - 1) * max(levels)
 
     def _two_trees(self, m):
-        trees = double_binary_trees(self.n)
+        trees = self.trees.get("dbtree")
+        if trees is None:
+            trees = self.trees["dbtree"] = double_binary_trees(self.n)
         segments = max(1, math.ceil(m / 2 / SEGMENT_BYTES))
         s = m / 2 / segments
         load = {}
