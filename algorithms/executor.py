@@ -197,13 +197,6 @@ class Collective:
         self._sendrecv_combine = reducing or self._combine_from_scratch
         self._recv_combine = getattr(transport, "recv_combine", None) or self._recv_combine_from_scratch
 
-    def reduces_on_arrival(self, peer, nbytes):
-        """Whether :meth:`recv_combine` of an ``nbytes`` message from ``peer`` reduces straight
-        from shared memory (the slots, or the peer's registered vector) rather than from a copy
-        in scratch (a message through MPI: from another node, or a large plain one)."""
-        through = getattr(self.transport, "through_shared_memory", None)
-        return through is not None and through(peer, nbytes)
-
     def recv_combine(self, acc, source, out):
         """Receive a vector like ``acc`` from ``source``; ``out = acc (op) received``, reduced
         straight from the message by a shared-memory transport, through scratch by others."""

@@ -545,11 +545,6 @@ class SharedMemoryTransport:
             if idle >= SPINS_BEFORE_YIELD:
                 os.sched_yield()
 
-    def through_shared_memory(self, rank, nbytes):
-        """Whether a message of ``nbytes`` to or from ``rank`` moves through the mailboxes
-        (else through MPI: another node, or a size MPI moves better)."""
-        return self._node_rank(rank, nbytes) is not None
-
     def _one_piece(self, send_bytes, dest, recv_bytes, source):
         """For a send and a receive with nothing else pending: ``(node rank of dest, node rank
         of source)`` when each goes through shared memory as one piece, ``True`` when both go
