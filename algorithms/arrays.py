@@ -32,7 +32,7 @@ def is_device(xp):
 
 def check_vector(buf, name, writable=False):
     """Check that ``buf`` is a 1-D C-contiguous array; return its module."""
-    xp = array_module(buf)
+    xp = np if isinstance(buf, np.ndarray) else array_module(buf)
     if buf.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got shape {tuple(buf.shape)}; pass buf.ravel()")
     flags = buf.flags

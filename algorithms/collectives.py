@@ -35,9 +35,10 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None, c
     def validate(rank, size):
         result = _result_buffer(sendbuf, recvbuf, sendbuf.size)
         check_op_dtype(op, sendbuf.dtype)
-        if algorithm not in ALGORITHMS:
+        run = ALGORITHMS.get(algorithm)
+        if run is None:
             raise ValueError(f"unknown algorithm {algorithm!r}; choices: {', '.join(ALGORITHMS)}")
-        method = getattr(ALGORITHMS[algorithm], "tree_method", None)
+        method = getattr(run, "tree_method", None)
         if method is None:
             if tree is not None or bandwidth is not None:
                 raise ValueError(f"algorithm {algorithm!r} takes no tree or bandwidth")

@@ -15,46 +15,61 @@ a rank's first combination reads ``sendbuf`` and writes ``recvbuf``, so the inpu
 is never copied first (every rank combines at least once, or receives the result).
 """
 
+import functools
+
 from .layout import segment_offsets
 
 
-def allreduce(coll, sendbuf, recvbuf):
-    n, rank = coll.size, coll.rank
-    if n == 1:
-        coll.start_in(sendbuf, recvbuf)
-        return
+@functools.lru_cache(maxsize=256)
+def _plan(count, itemsize, n, rank):
+    """Made once per shape: the segment cuts, the rank this one pairs with first when N is not
+    a power of two (None otherwise) and whether it then sits out, and the power-of-two steps
+    as (partner, whether the partner is the lower rank)."""
     p = 1 << (n.bit_length() - 1)
     extra = n - p
-    cuts = segment_offsets(recvbuf.size, recvbuf.itemsize)
-    incoming_all = coll.scratch(recvbuf.dtype, cuts[1], "rd-in")
-    current = sendbuf  # what this rank holds: its input until it first combines into recvbuf
+    cuts = segment_offsets(count, itemsize)
     if rank < 2 * extra:
-        if rank % 2 == 0:
-            for k in range(len(cuts) - 1):
-                coll.send(sendbuf[cuts[k]:cuts[k + 1]], rank + 1)
-            coll.recv(recvbuf, rank + 1)
-            return
-        for mine, out, theirs in _pieces(current, recvbuf, incoming_all, cuts):
-            coll.recv(theirs, rank - 1)
-            coll.combine(theirs, mine, out=out)
-        current = recvbuf
-        virtual = rank // 2
+        pair, sits_out, virtual = (rank + 1 if rank % 2 == 0 else rank - 1), rank % 2 == 0, rank // 2
     else:
-        virtual = rank - extra
+        pair, sits_out, virtual = None, False, rank - extra
+    steps = []
     mask = 1
-    while mask < p:
+    while mask < p and not sits_out:
         other = virtual ^ mask
         partner = 2 * other + 1 if other < extra else other + extra
+        steps.append((partner, partner < rank))
+        mask <<= 1
+    return cuts, pair, sits_out, tuple(steps)
+
+
+def allreduce(coll, sendbuf, recvbuf):
+    if coll.size == 1:
+        coll.start_in(sendbuf, recvbuf)
+        return
+    cuts, pair, sits_out, steps = _plan(recvbuf.size, recvbuf.itemsize, coll.size, coll.rank)
+    if sits_out:
+        for k in range(len(cuts) - 1):
+            coll.send(sendbuf[cuts[k]:cuts[k + 1]], pair)
+        coll.recv(recvbuf, pair)
+        return
+    combine = coll.combine
+    incoming_all = coll.scratch(recvbuf.dtype, cuts[1], "rd-in")
+    current = sendbuf  # what this rank holds: its input until it first combines into recvbuf
+    if pair is not None:
+        for mine, out, theirs in _pieces(current, recvbuf, incoming_all, cuts):
+            coll.recv(theirs, pair)
+            combine(theirs, mine, out=out)
+        current = recvbuf
+    for partner, lower in steps:
         for mine, out, theirs in _pieces(current, recvbuf, incoming_all, cuts):
             coll.sendrecv(mine, partner, theirs, partner)
-            if partner < rank:
-                coll.combine(theirs, mine, out=out)
+            if lower:
+                combine(theirs, mine, out=out)
             else:
-                coll.combine(mine, theirs, out=out)
+                combine(mine, theirs, out=out)
         current = recvbuf
-        mask <<= 1
-    if rank < 2 * extra:
-        coll.send(recvbuf, rank - 1)
+    if pair is not None:
+        coll.send(recvbuf, pair)
 
 
 def _pieces(current, recvbuf, incoming_all, cuts):

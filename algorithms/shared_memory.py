@@ -61,6 +61,7 @@ LINE = 64  # bytes per counter: one cache line each
 LABEL = 4  # int64 words per label: message bytes, offset or where; reply bytes, where
 VIA_MPI = -(1 << 62)  # a label's offset saying "this message follows through MPI"
 SPINS_BEFORE_YIELD = 64  # idle polls before a wait gives its core away (oversubscribed runs)
+TYPED_VIEWS = 256  # typed slot views kept per direction (Mailboxes.typed_slot)
 
 
 #: per array module: the variable that sets the slot size, and its default
@@ -124,6 +125,7 @@ class Mailboxes:
         self.in_slots = [[_slot(slots[j], me, k, self.slot_bytes) for k in range(SLOTS)] for j in range(size)]
         # device copies and reductions are queued: finish them before a counter says they are done
         self.settle = (lambda: stream_synchronize(xp)) if self.device else (lambda: None)
+        self._typed_out, self._typed_in = {}, {}  # (peer, slot, dtype, count) -> typed view of the slot
         for j in range(size):
             self.posted[j][0] = self.consumed[j][0] = 0
         self.win.Sync()
@@ -143,6 +145,41 @@ class Mailboxes:
         self.settle()
         self.post_label(peer, raw.size, offset)
         return end
+
+    def post_whole(self, peer, buf):
+        """Copy ``buf``, a message of one slot or less, into the next slot to ``peer`` and post
+        it (:meth:`slot_free` first), without viewing it as bytes (:meth:`typed_slot`)."""
+        piece = self.posted[peer][0]
+        k = piece % SLOTS
+        self.xp.copyto(self.typed_slot(self.out_slots, self._typed_out, peer, k, buf.dtype, buf.size), buf)
+        self.settle()
+        self.post_label(peer, buf.nbytes, 0)
+
+    def incoming_whole(self, peer, dtype, count):
+        """The next piece from ``peer`` (:meth:`arrived` first), which must be a whole message
+        of ``count`` elements of ``dtype`` within one slot, as a typed view of its slot;
+        :meth:`release` hands the slot back once it is read."""
+        self.win.Sync()  # the counter before the piece
+        k = self.consumed[peer][0] % SLOTS
+        label = self.in_labels[peer][k]
+        if label[0] != count * dtype.itemsize or label[1] != 0:
+            raise RuntimeError(
+                f"shared-memory transport: expected a {count * dtype.itemsize}-byte message, "
+                f"got bytes {label[1]}.. of a {label[0]}-byte one"
+            )
+        return self.typed_slot(self.in_slots, self._typed_in, peer, k, dtype, count)
+
+    @staticmethod
+    def typed_slot(slots, cache, peer, k, dtype, count):
+        """The first ``count`` elements of ``dtype`` of slot ``k`` to or from ``peer``, a view
+        kept in ``cache``: making it (a slice and a dtype view) costs ten dict lookups."""
+        key = (peer, k, dtype, count)
+        view = cache.get(key)
+        if view is None:
+            if len(cache) >= TYPED_VIEWS:
+                cache.clear()
+            view = cache[key] = slots[peer][k][:count * dtype.itemsize].view(dtype)
+        return view
 
     def post_direct(self, peer, raw, where, reply=None):
         """Post the whole message ``raw``, which lies at ``where`` (window index, offset) in
@@ -253,7 +290,7 @@ def _reducer(acc, out, combine):
     item, dtype = acc.itemsize, acc.dtype
 
     def reduce(piece, start, end):
-        combine(acc[start // item:end // item], piece.view(dtype), out[start // item:end // item])
+        combine(acc[start // item:end // item], piece.view(dtype), out=out[start // item:end // item])
     return reduce
 
 
@@ -620,9 +657,9 @@ class SharedMemoryTransport:
             self.mpi.sendrecv(sendbuf, dest, recvbuf, source)
         elif peers is not None:
             box = self.box
-            box.post(peers[0], sendbuf.view(np.uint8), 0)
+            box.post_whole(peers[0], sendbuf)
             self._await(peers[1])
-            self.xp.copyto(recvbuf.view(np.uint8), box.incoming(peers[1], recvbuf.nbytes, 0))
+            self.xp.copyto(recvbuf, box.incoming_whole(peers[1], recvbuf.dtype, recvbuf.size))
             box.release(peers[1])
         else:
             raw = recvbuf.view(np.uint8)
@@ -639,14 +676,14 @@ class SharedMemoryTransport:
         peers = self._one_piece(sendbuf.nbytes, dest, size, source)
         if peers is not None and peers is not True:
             box = self.box
-            box.post(peers[0], sendbuf.view(np.uint8), 0)
+            box.post_whole(peers[0], sendbuf)
             self._await(peers[1])
-            combine(acc, box.incoming(peers[1], size, 0).view(dtype), out)
+            combine(acc, box.incoming_whole(peers[1], dtype, acc.size), out=out)
             box.release(peers[1])
         elif self._node_rank(source, size) is None:
             incoming = self.workspace.get(self.xp, dtype, acc.size, "shm-combine")
             self.sendrecv(sendbuf, dest, incoming, source)
-            combine(acc, incoming, out)
+            combine(acc, incoming, out=out)
         else:
             reduce = _reducer(acc, out, combine)
             if not (self._exchange_in_place(sendbuf, dest, size, source, reduce)
@@ -662,7 +699,7 @@ class SharedMemoryTransport:
         if unannounced or self._take_via_mpi(size, source):  # through MPI (its label taken if announced)
             incoming = self.workspace.get(self.xp, acc.dtype, acc.size, "shm-combine")
             (self.recv if unannounced else self.mpi.recv)(incoming, source)
-            combine(acc, incoming, out)
+            combine(acc, incoming, out=out)
         else:
             self.wait(self._start_recv(size, source, _reducer(acc, out, combine)))
 

@@ -159,8 +159,7 @@ def test_blocking_exchanges_between_registered_and_plain_senders(comm, private, 
             data = vector[:count]
         if combine:
             out = np.full(count, -1, np.float32)
-            transport.sendrecv_combine(data, right, np.ones(count, np.float32), left, out,
-                                       lambda a, b, o: np.add(a, b, out=o))
+            transport.sendrecv_combine(data, right, np.ones(count, np.float32), left, out, np.add)
             assert np.array_equal(out, values(left, i, count) + 1), nbytes
         else:
             got = np.full(count, -1, np.float32)
@@ -216,8 +215,7 @@ def test_sendrecv_combine_reads_the_registered_vector(comm, private, count):
         return (np.arange(count, dtype=np.float32) % 97) * (r + 1)
     mine[:] = vector(rank)
     out = np.full(count, -1, np.float32)
-    transport.sendrecv_combine(mine, (rank + 1) % size, vector(rank) * 2, (rank - 1) % size, out,
-                               lambda a, b, o: np.add(a, b, out=o))
+    transport.sendrecv_combine(mine, (rank + 1) % size, vector(rank) * 2, (rank - 1) % size, out, np.add)
     assert np.array_equal(out, vector(rank) * 2 + vector((rank - 1) % size))
     assert posts == [mine.nbytes]  # to itself too, on one rank
 
@@ -245,9 +243,9 @@ def test_recv_combine_reduces_straight_from_registered_vectors(comm, private, co
     else:
         out, operands = vector(0), []
 
-        def add(a, b, o):
+        def add(a, b, out):
             operands.append(b)
-            np.add(a, b, out=o)
+            np.add(a, b, out=out)
         for source in range(1, size):
             transport.recv_combine(out, source, out, add)
         assert np.array_equal(out, sum((vector(r) for r in range(1, size)), vector(0)))

@@ -156,8 +156,7 @@ def test_sendrecv_combine_against_numpy(comm, transport, count):
         return (np.arange(count, dtype=np.float32) % 97) * (r + 1)
 
     out = np.full(count, -1, np.float32)
-    transport.sendrecv_combine(vector(rank), right, vector(rank) * 2, left, out,
-                               lambda a, b, o: np.add(a, b, out=o))
+    transport.sendrecv_combine(vector(rank), right, vector(rank) * 2, left, out, np.add)
     assert np.array_equal(out, vector(rank) * 2 + vector(left))
 
 
@@ -173,7 +172,7 @@ def test_recv_combine_at_a_root_against_numpy(comm, transport, count):
         return
     acc, out = vector(0), np.full(count, -1, np.float32)
     for source in range(1, comm.size):
-        transport.recv_combine(acc, source, out, lambda a, b, o: np.add(a, b, out=o))
+        transport.recv_combine(acc, source, out, np.add)
         acc = out
     expected = vector(0)
     for source in range(1, comm.size):
@@ -313,7 +312,7 @@ def test_exchanges_whose_routes_differ(comm, monkeypatch):
         pytest.skip("no huge page to be had here")
     small = small_page_vector(n, np.uint8)
     monkeypatch.setenv("ALLREDUCE_SHM_BY_PAGES", "1")
-    add = lambda a, b, o: np.add(a, b, out=o)  # noqa: E731
+    add = np.add
     wrong = []
     with built(comm, monkeypatch) as transport:
         for i, kinds in enumerate(((huge, small), (small, huge), (huge, huge), (small, small))):
