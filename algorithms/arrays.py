@@ -55,7 +55,8 @@ def _may_overlap(a, b):
     if type(a) is not type(b):
         return False
     if isinstance(a, np.ndarray):
-        return _numpy_may_share_memory(a, b)
+        # two arrays that each own their memory hold different memory (no call needed)
+        return (a.base is not None or b.base is not None or a is b) and _numpy_may_share_memory(a, b)
     return array_module(a).may_share_memory(a, b)
 
 

@@ -120,7 +120,7 @@ class Private:
         """The context for module ``xp`` and ``op``; the transport is chosen (and the
         ``ALLREDUCE_TRANSPORT`` variable read) when ``xp`` is first used on this communicator.
         Called by every rank at once (it may build a shared window: collective)."""
-        key = (xp.__name__, op)
+        key = (xp, op)
         context = self.contexts.get(key)
         if context is None:
             context = self.contexts[key] = Collective(self.comm, xp, op, self.transport(xp))

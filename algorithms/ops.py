@@ -27,18 +27,18 @@ DTYPES = tuple(
     )
 )
 
-_DTYPE_INDEX = {dt: i for i, dt in enumerate(DTYPES)}
+DTYPE_INDEX = {dt: i for i, dt in enumerate(DTYPES)}
 _OP_INDEX = {name: i for i, name in enumerate(OPS)}
 
 
 def dtype_index(dtype):
     """Index of ``dtype`` in :data:`DTYPES`; ``TypeError`` naming the choices if unsupported."""
     try:  # a dtype itself, the usual case, needs no np.dtype() (a quarter of a microsecond)
-        return _DTYPE_INDEX[dtype]
+        return DTYPE_INDEX[dtype]
     except (KeyError, TypeError):
         pass
     try:
-        return _DTYPE_INDEX[np.dtype(dtype)]
+        return DTYPE_INDEX[np.dtype(dtype)]
     except (KeyError, TypeError):
         choices = ", ".join(dt.name for dt in DTYPES)
         raise TypeError(f"unsupported dtype {dtype!s}; supported: {choices}") from None

@@ -171,7 +171,7 @@ def test_a_killed_run_leaves_every_finished_size_readable(tmp_path):
 @pytest.mark.parametrize("collective,algos", [("allreduce", "ring,tree,ps,rd,mpi"), ("allgather", "ring,mpi")])
 def test_registered_buffers_with_R(tmp_path, collective, algos):
     """-R 1: every algorithm (and MPI's own) on registered vectors, in and out of place, no wrong
-    element, sizes on both sides of the slot and the 512 KiB MPI threshold; the header says so."""
+    element, sizes on both sides of the slot and the 256 KiB MPI threshold; the header says so."""
     proc, _ = bench(3, "-R", "1", "--collective", collective, "-b", "96K", "-e", "6M", "-f", "8", "-n", "2",
                     "-w", "1", "-c", "2", "-d", "int32", "--algo", algos, tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr

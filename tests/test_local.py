@@ -118,7 +118,7 @@ def test_transport_in_use_says_how_host_buffers_travel():
     comm = MPI.COMM_SELF.Dup()
     try:
         assert algorithms.transport_in_use(np, comm) == (
-            "shared-memory within a node; MPI between nodes and for messages under 8 KiB and over 512 KiB")
+            "shared-memory within a node; MPI between nodes and for messages under 8 KiB and over 256 KiB")
     finally:
         comm.Free()
 
