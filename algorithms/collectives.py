@@ -19,6 +19,7 @@ from .registered import Registry
 from .registry import ALGORITHMS
 
 _KINDS = ("allreduce", "reduce_scatter", "all_gather")
+_TREELESS = {name: run for name, run in ALGORITHMS.items() if not hasattr(run, "tree_method")}
 
 
 def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None, check=True,
@@ -189,8 +190,8 @@ def _common_case(sendbuf, recvbuf, op, algorithm, tree, bandwidth):
     wrong."""
     if type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray or type(algorithm) is not str:
         return None
-    run = ALGORITHMS.get(algorithm)
-    if run is None or tree is not None or bandwidth is not None or hasattr(run, "tree_method"):
+    run = _TREELESS.get(algorithm)
+    if run is None or tree is not None or bandwidth is not None:
         return None
     dtype, flags = sendbuf.dtype, recvbuf.flags
     if (sendbuf.ndim != 1 or recvbuf.ndim != 1 or not sendbuf.flags.c_contiguous or not flags.c_contiguous

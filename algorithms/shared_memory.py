@@ -124,8 +124,6 @@ class Mailboxes:
                           for j in range(size)]
         self.out_slots = [[_slot(slots[me], j, k, self.slot_bytes) for k in range(SLOTS)] for j in range(size)]
         self.in_slots = [[_slot(slots[j], me, k, self.slot_bytes) for k in range(SLOTS)] for j in range(size)]
-        # device copies and reductions are queued: finish them before a counter says they are done
-        self.settle = (lambda: stream_synchronize(xp)) if self.device else (lambda: None)
         self._typed_out, self._typed_in = {}, {}  # (peer, slot, dtype, count) -> typed view of the slot
         for j in range(size):
             self.posted[j][0] = self.consumed[j][0] = 0
@@ -143,43 +141,53 @@ class Mailboxes:
         k = piece % SLOTS
         end = min(raw.size, offset + self.slot_bytes)
         self.xp.copyto(self.out_slots[peer][k][:end - offset], raw[offset:end])
-        self.settle()
+        if self.device is not None:  # device copies and reductions are queued: finish them first
+            stream_synchronize(self.xp)
         self.post_label(peer, raw.size, offset)
         return end
 
-    def post_whole(self, peer, buf):
-        """Copy ``buf``, a message of one slot or less, into the next slot to ``peer`` and post
-        it (:meth:`slot_free` first), without viewing it as bytes (:meth:`typed_slot`)."""
-        piece = self.posted[peer][0]
-        k = piece % SLOTS
-        self.xp.copyto(self.typed_slot(self.out_slots, self._typed_out, peer, k, buf.dtype, buf.size), buf)
-        self.settle()
-        self.post_label(peer, buf.nbytes, 0)
-
-    def incoming_whole(self, peer, dtype, count):
-        """The next piece from ``peer`` (:meth:`arrived` first), which must be a whole message
-        of ``count`` elements of ``dtype`` within one slot, as a typed view of its slot;
-        :meth:`release` hands the slot back once it is read."""
+    def exchange_whole(self, out, buf, into, dtype, count):
+        """Post ``buf``, a message of one slot or less, to ``out`` (:meth:`slot_free` first), then
+        wait for the next piece from ``into``, which must be a whole message of ``count``
+        elements of ``dtype`` within one slot, and return it as a view of its slot
+        (:meth:`release` hands the slot back once it is read). A blocking exchange of one-slot
+        messages (each ring step from 16 KiB to 512 KiB on 2 ranks) in one call, the slots
+        seen through typed views kept per shape (:meth:`typed_slot`), no message viewed as bytes."""
+        key = (out, self.posted[out][0] % SLOTS, buf.dtype, buf.size)
+        slot = self._typed_out.get(key)
+        if slot is None:
+            slot = self.typed_slot(self.out_slots, self._typed_out, key)
+        self.xp.copyto(slot, buf)
+        if self.device is not None:  # device copies and reductions are queued: finish them first
+            stream_synchronize(self.xp)
+        self.post_label(out, buf.nbytes, 0)
+        self.wait_for(into)
         self.win.Sync()  # the counter before the piece
-        k = self.consumed[peer][0] % SLOTS
-        label = self.in_labels[peer][k]
-        if label[0] != count * dtype.itemsize or label[1] != 0:
-            raise RuntimeError(
-                f"shared-memory transport: expected a {count * dtype.itemsize}-byte message, "
-                f"got bytes {label[1]}.. of a {label[0]}-byte one"
-            )
-        return self.typed_slot(self.in_slots, self._typed_in, peer, k, dtype, count)
+        key = (into, self.consumed[into][0] % SLOTS, dtype, count)
+        label, nbytes = self.in_labels[into][key[1]], count * dtype.itemsize
+        if label[0] != nbytes or label[1] != 0:
+            raise RuntimeError(f"shared-memory transport: expected a {nbytes}-byte message, "
+                               f"got bytes {label[1]}.. of a {label[0]}-byte one")
+        slot = self._typed_in.get(key)
+        return slot if slot is not None else self.typed_slot(self.in_slots, self._typed_in, key)
+
+    def wait_for(self, peer):
+        """Spin until the next piece from ``peer`` is posted (:meth:`arrived`)."""
+        posted, consumed, idle = self.peer_posted[peer], self.consumed[peer], 0
+        while posted[0] <= consumed[0]:
+            idle += 1
+            if idle >= SPINS_BEFORE_YIELD:
+                os.sched_yield()
 
     @staticmethod
-    def typed_slot(slots, cache, peer, k, dtype, count):
-        """The first ``count`` elements of ``dtype`` of slot ``k`` to or from ``peer``, a view
-        kept in ``cache``: making it (a slice and a dtype view) costs ten dict lookups."""
-        key = (peer, k, dtype, count)
-        view = cache.get(key)
-        if view is None:
-            if len(cache) >= TYPED_VIEWS:
-                cache.clear()
-            view = cache[key] = slots[peer][k][:count * dtype.itemsize].view(dtype)
+    def typed_slot(slots, cache, key):
+        """The first ``count`` elements of ``dtype`` of slot ``k`` to or from ``peer`` (``key``:
+        peer, k, dtype, count), a view put in ``cache``, where :meth:`exchange_whole` finds it
+        next time: making it (a slice and a dtype view) costs ten dict lookups."""
+        peer, k, dtype, count = key
+        if len(cache) >= TYPED_VIEWS:
+            cache.clear()
+        view = cache[key] = slots[peer][k][:count * dtype.itemsize].view(dtype)
         return view
 
     def post_direct(self, peer, raw, where, reply=None):
@@ -243,7 +251,8 @@ class Mailboxes:
         return self.registry.view(index, peer, start, size)
 
     def release(self, peer):
-        self.settle()
+        if self.device is not None:  # device copies and reductions are queued: finish them first
+            stream_synchronize(self.xp)
         self.win.Sync()  # done reading before the slot is handed back
         self.consumed[peer][0] += 1
 
@@ -487,6 +496,8 @@ class SharedMemoryTransport:
         probe = private.resource("page-probe", _node_page_probe) if self.host else None
         self.pages = probe if probe is not None and probe.available else None  # None: all large ones via MPI
         self.local = self.box.local
+        # sizes that go through the slots in one piece whatever is registered (_one_piece)
+        self.one_slot = (self.min_bytes, min(self.box.slot_bytes, self.max_bytes))
         self.outgoing = {}  # node rank -> sends not yet fully posted, in order
         self.incoming = {}  # node rank -> receives not yet complete, in order
         self.pending = []   # every message not yet complete, shared-memory or MPI
@@ -575,20 +586,17 @@ class SharedMemoryTransport:
                 if idle >= SPINS_BEFORE_YIELD:
                     os.sched_yield()
 
-    def _await(self, peer):
-        """Spin until the next piece from node rank ``peer`` has arrived."""
-        box, idle = self.box, 0
-        while not box.arrived(peer):
-            idle += 1
-            if idle >= SPINS_BEFORE_YIELD:
-                os.sched_yield()
-
     def _one_piece(self, send_bytes, dest, recv_bytes, source):
         """For a send and a receive with nothing else pending: ``(node rank of dest, node rank
         of source)`` when each goes through shared memory as one piece, ``True`` when both go
         through MPI (so blocking MPI calls are safe), else None."""
         if self.pending:
             return None
+        low, high = self.one_slot
+        if low <= send_bytes <= high and low <= recv_bytes <= high:  # the common case, decided at once
+            out, into = self.local.get(dest), self.local.get(source)
+            if out is not None and into is not None:
+                return (out, into) if self.box.slot_free(out) else None
         low, high, local = self.min_bytes, self._largest(), self.local
         out = local.get(dest) if low <= send_bytes <= high else None
         into = local.get(source) if low <= recv_bytes <= high else None
@@ -641,7 +649,7 @@ class SharedMemoryTransport:
         peer = self._node_rank(source, size)
         if peer is None:
             return False
-        self._await(peer)
+        self.box.wait_for(peer)
         if self.box.incoming(peer, size, 0) is not None:
             return False
         self.box.release(peer)
@@ -658,9 +666,7 @@ class SharedMemoryTransport:
             self.mpi.sendrecv(sendbuf, dest, recvbuf, source)
         elif peers is not None:
             box = self.box
-            box.post_whole(peers[0], sendbuf)
-            self._await(peers[1])
-            self.xp.copyto(recvbuf, box.incoming_whole(peers[1], recvbuf.dtype, recvbuf.size))
+            self.xp.copyto(recvbuf, box.exchange_whole(peers[0], sendbuf, peers[1], recvbuf.dtype, recvbuf.size))
             box.release(peers[1])
         else:
             raw = recvbuf.view(np.uint8)
@@ -677,9 +683,7 @@ class SharedMemoryTransport:
         peers = self._one_piece(sendbuf.nbytes, dest, size, source)
         if peers is not None and peers is not True:
             box = self.box
-            box.post_whole(peers[0], sendbuf)
-            self._await(peers[1])
-            combine(acc, box.incoming_whole(peers[1], dtype, acc.size), out=out)
+            combine(acc, box.exchange_whole(peers[0], sendbuf, peers[1], dtype, acc.size), out=out)
             box.release(peers[1])
         elif self._node_rank(source, size) is None:
             incoming = self.workspace.get(self.xp, dtype, acc.size, "shm-combine")
@@ -725,7 +729,7 @@ class SharedMemoryTransport:
             return False
         offer = self.registry.locate(into) if into is not None and dest == source else None
         piece = box.post_direct(out, raw, where, None if offer is None else (size, offer))
-        self._await(peer)
+        self.box.wait_for(peer)
         incoming = box.incoming(peer, size, 0)
         if incoming is None or incoming.size < size:
             send = _ShmDirectSend(box, out, raw, where, None)
