@@ -16,10 +16,10 @@ stream is synchronized before a counter moves; the counters stay in the window.
 That is MPICH's intranode eager protocol without MPI's matching, request objects
 and handshakes, which dominate below a few hundred KiB. Host messages under
 ``ALLREDUCE_SHM_MIN_BYTES`` (8 KiB, where MPICH's eager path is quicker) or over
-``ALLREDUCE_SHM_MAX_BYTES`` (256 KiB, one slot: from there MPICH's single copy, straight
-from the sender's memory by CMA, beat the slots' two on an Intel Xeon VM, whose cores
-pass cache lines at a quarter of their copy speed), and messages to ranks on other nodes, go through MPI,
-nonblocking (device messages: ``ALLREDUCE_IPC_MIN_BYTES``/``_MAX_BYTES``, by default
+``ALLREDUCE_SHM_MAX_BYTES`` (256 KiB, one slot: beyond it MPICH's single copy, straight
+from the sender's memory by CMA, beat the slots' two on an Intel Xeon VM whose cores pass
+cache lines at a quarter of their copy speed), and messages to ranks on other nodes, go
+through MPI, nonblocking (device messages: ``ALLREDUCE_IPC_MIN_BYTES``/``_MAX_BYTES``, by default
 all of them through the slots). With ``ALLREDUCE_SHM_BY_PAGES=1``, or by default where
 the THP setting is ``never``, a large message from 4 KiB pages goes through the slots as
 well: the kernel's copy pins the sender's pages one at a time, at a third of its speed
@@ -151,8 +151,9 @@ class Mailboxes:
         wait for the next piece from ``into``, which must be a whole message of ``count``
         elements of ``dtype`` within one slot, and return it as a view of its slot
         (:meth:`release` hands the slot back once it is read). A blocking exchange of one-slot
-        messages (each ring step from 16 KiB to 512 KiB on 2 ranks) in one call, the slots
-        seen through typed views kept per shape (:meth:`typed_slot`), no message viewed as bytes."""
+        messages (each ring step of a 2-rank all-reduce from 16 to 512 KiB) in one call, the
+        slots seen through typed views kept per shape (:meth:`typed_slot`), no message viewed
+        as bytes."""
         key = (out, self.posted[out][0] % SLOTS, buf.dtype, buf.size)
         slot = self._typed_out.get(key)
         if slot is None:
