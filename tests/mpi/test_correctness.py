@@ -33,8 +33,8 @@ def cases(comm, dtype):
             yield op, count, x, expected
 
 
+@pytest.mark.parametrize("algorithm", sorted(algorithms.ALGORITHMS))  # every algorithm on one dtype, then the next
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("algorithm", sorted(algorithms.ALGORITHMS))
 def test_allreduce_matches_references(comm, algorithm, dtype):
     failures = []
     extra = options(algorithm, comm.size)
