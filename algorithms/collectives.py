@@ -52,12 +52,10 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None, c
         if check:
             agree(private.comm, "allreduce", None, _fields("allreduce", sendbuf.size, sendbuf, op, algorithm, None),
                   _describe)
-        coll = private.collective(np, op)
-        run(coll, sendbuf, recvbuf)
-        coll.finish(recvbuf)
-        return recvbuf
-    coll, result, plan = _prepare("allreduce", sendbuf, op, algorithm, comm, check, validate)
-    run = ALGORITHMS[algorithm]
+        coll, result, plan = private.collective(np, op), recvbuf, None
+    else:
+        coll, result, plan = _prepare("allreduce", sendbuf, op, algorithm, comm, check, validate)
+        run = ALGORITHMS[algorithm]
     if plan is not None:
         run(coll, sendbuf, result, plan)
     else:
