@@ -33,19 +33,6 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None, c
     binomial without either, ``"bamtree"`` and ``"kmtree"`` need one of them.
     Returns the result buffer.
     """
-    def validate(rank, size):
-        result = _result_buffer(sendbuf, recvbuf, sendbuf.size)
-        check_op_dtype(op, sendbuf.dtype)
-        run = ALGORITHMS.get(algorithm)
-        if run is None:
-            raise ValueError(f"unknown algorithm {algorithm!r}; choices: {', '.join(ALGORITHMS)}")
-        method = getattr(run, "tree_method", None)
-        if method is None:
-            if tree is not None or bandwidth is not None:
-                raise ValueError(f"algorithm {algorithm!r} takes no tree or bandwidth")
-            return result, sendbuf.size, None
-        return result, sendbuf.size, tree_for(method, size, tree, bandwidth, algorithm)
-
     run = _common_case(sendbuf, recvbuf, op, algorithm, tree, bandwidth)
     if run is not None:
         private = _private("allreduce", comm)
@@ -54,6 +41,19 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None, c
                   _describe)
         coll, result, plan = private.collective(np, op), recvbuf, None
     else:
+        def validate(rank, size):
+            result = _result_buffer(sendbuf, recvbuf, sendbuf.size)
+            check_op_dtype(op, sendbuf.dtype)
+            run = ALGORITHMS.get(algorithm)
+            if run is None:
+                raise ValueError(f"unknown algorithm {algorithm!r}; choices: {', '.join(ALGORITHMS)}")
+            method = getattr(run, "tree_method", None)
+            if method is None:
+                if tree is not None or bandwidth is not None:
+                    raise ValueError(f"algorithm {algorithm!r} takes no tree or bandwidth")
+                return result, sendbuf.size, None
+            return result, sendbuf.size, tree_for(method, size, tree, bandwidth, algorithm)
+
         coll, result, plan = _prepare("allreduce", sendbuf, op, algorithm, comm, check, validate)
         run = ALGORITHMS[algorithm]
     if plan is not None:

@@ -125,16 +125,23 @@ def all_gather(coll, buf):
         _all_gather_pieces(coll, buf, _pieces(chunk_offsets(buf.size, coll.size), 1, 0))
 
 
+def _bound_plan(coll, count, dtype):
+    """:func:`_allreduce_plan` with each step's exchange bound to its shape
+    (:meth:`Collective.exchange`): ``(exchange, reducing, from_input, sent, received)``."""
+    n, rank = coll.size, coll.rank
+    right, left = (rank + 1) % n, (rank - 1) % n
+    return tuple((coll.exchange(dtype, out.stop - out.start, right, into.stop - into.start, left, reducing),
+                  reducing, from_input, out, into)
+                 for reducing, from_input, out, into in _allreduce_plan(count, dtype.itemsize, n, rank))
+
+
 def allreduce(coll, sendbuf, recvbuf):
     """Each partial sum goes to its place in ``recvbuf``, so no scratch is needed."""
-    n = coll.size
-    if n == 1:
+    if coll.size == 1:
         coll.start_in(sendbuf, recvbuf)
         return
-    right, left = (coll.rank + 1) % n, (coll.rank - 1) % n
-    exchange, reduce = coll.sendrecv, coll.sendrecv_combine
-    for reducing, from_input, out, into in _allreduce_plan(sendbuf.size, sendbuf.itemsize, n, coll.rank):
+    for exchange, reducing, from_input, out, into in coll.plan(_bound_plan, sendbuf.size, sendbuf.dtype):
         if reducing:
-            reduce((sendbuf if from_input else recvbuf)[out], right, sendbuf[into], left, recvbuf[into])
+            exchange((sendbuf if from_input else recvbuf)[out], sendbuf[into], recvbuf[into])
         else:
-            exchange(recvbuf[out], right, recvbuf[into], left)
+            exchange(recvbuf[out], recvbuf[into])

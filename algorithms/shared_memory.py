@@ -62,7 +62,7 @@ LINE = 64  # bytes per counter: one cache line each
 LABEL = 4  # int64 words per label: message bytes, offset or where; reply bytes, where
 VIA_MPI = -(1 << 62)  # a label's offset saying "this message follows through MPI"
 SPINS_BEFORE_YIELD = 64  # idle polls before a wait gives its core away (oversubscribed runs)
-TYPED_VIEWS = 256  # typed slot views kept per direction (Mailboxes.typed_slot)
+TYPED_VIEWS = 256  # shapes of typed slot views kept per direction (Mailboxes.typed_slots)
 
 
 #: per array module: the variable that sets the slot size, and its default
@@ -124,7 +124,7 @@ class Mailboxes:
                           for j in range(size)]
         self.out_slots = [[_slot(slots[me], j, k, self.slot_bytes) for k in range(SLOTS)] for j in range(size)]
         self.in_slots = [[_slot(slots[j], me, k, self.slot_bytes) for k in range(SLOTS)] for j in range(size)]
-        self._typed_out, self._typed_in = {}, {}  # (peer, slot, dtype, count) -> typed view of the slot
+        self._typed_out, self._typed_in = {}, {}  # (peer, dtype, count) -> typed views of its slots
         for j in range(size):
             self.posted[j][0] = self.consumed[j][0] = 0
         self.win.Sync()
@@ -146,31 +146,25 @@ class Mailboxes:
         self.post_label(peer, raw.size, offset)
         return end
 
-    def exchange_whole(self, out, buf, into, dtype, count):
-        """Post ``buf``, a message of one slot or less, to ``out`` (:meth:`slot_free` first), then
-        wait for the next piece from ``into``, which must be a whole message of ``count``
-        elements of ``dtype`` within one slot, and return it as a view of its slot
+    def swap(self, out, out_views, buf, into, in_views):
+        """Post ``buf``, a message of one slot or less, to ``out`` (:meth:`slot_free` first)
+        through ``out_views`` (:meth:`typed_slots`), then wait for the next piece from ``into``,
+        which must be a whole message as long as the views ``in_views``, and return its view
         (:meth:`release` hands the slot back once it is read). A blocking exchange of one-slot
-        messages (each ring step of a 2-rank all-reduce from 16 to 512 KiB) in one call, the
-        slots seen through typed views kept per shape (:meth:`typed_slot`), no message viewed
-        as bytes."""
-        key = (out, self.posted[out][0] % SLOTS, buf.dtype, buf.size)
-        slot = self._typed_out.get(key)
-        if slot is None:
-            slot = self.typed_slot(self.out_slots, self._typed_out, key)
-        self.xp.copyto(slot, buf)
+        messages (each ring step of a 2-rank all-reduce from 8 to 256 KiB) in one call, no
+        message viewed as bytes."""
+        self.xp.copyto(out_views[self.posted[out][0] % SLOTS], buf)
         if self.device is not None:  # device copies and reductions are queued: finish them first
             stream_synchronize(self.xp)
         self.post_label(out, buf.nbytes, 0)
         self.wait_for(into)
         self.win.Sync()  # the counter before the piece
-        key = (into, self.consumed[into][0] % SLOTS, dtype, count)
-        label, nbytes = self.in_labels[into][key[1]], count * dtype.itemsize
-        if label[0] != nbytes or label[1] != 0:
-            raise RuntimeError(f"shared-memory transport: expected a {nbytes}-byte message, "
+        k = self.consumed[into][0] % SLOTS
+        incoming, label = in_views[k], self.in_labels[into][k]
+        if label[0] != incoming.nbytes or label[1] != 0:
+            raise RuntimeError(f"shared-memory transport: expected a {incoming.nbytes}-byte message, "
                                f"got bytes {label[1]}.. of a {label[0]}-byte one")
-        slot = self._typed_in.get(key)
-        return slot if slot is not None else self.typed_slot(self.in_slots, self._typed_in, key)
+        return incoming
 
     def wait_for(self, peer):
         """Spin until the next piece from ``peer`` is posted (:meth:`arrived`)."""
@@ -180,16 +174,19 @@ class Mailboxes:
             if idle >= SPINS_BEFORE_YIELD:
                 os.sched_yield()
 
-    @staticmethod
-    def typed_slot(slots, cache, key):
-        """The first ``count`` elements of ``dtype`` of slot ``k`` to or from ``peer`` (``key``:
-        peer, k, dtype, count), a view put in ``cache``, where :meth:`exchange_whole` finds it
-        next time: making it (a slice and a dtype view) costs ten dict lookups."""
-        peer, k, dtype, count = key
-        if len(cache) >= TYPED_VIEWS:
-            cache.clear()
-        view = cache[key] = slots[peer][k][:count * dtype.itemsize].view(dtype)
-        return view
+    def typed_slots(self, outgoing, peer, dtype, count):
+        """The first ``count`` elements of ``dtype`` of each slot to (``outgoing``) or from
+        ``peer``: a tuple of :data:`SLOTS` views, kept per shape (making one, a slice and a
+        dtype view, costs ten dict lookups)."""
+        cache = self._typed_out if outgoing else self._typed_in
+        key = (peer, dtype, count)
+        views = cache.get(key)
+        if views is None:
+            if len(cache) >= TYPED_VIEWS:
+                cache.clear()
+            slots = (self.out_slots if outgoing else self.in_slots)[peer]
+            views = cache[key] = tuple(slot[:count * dtype.itemsize].view(dtype) for slot in slots)
+        return views
 
     def post_direct(self, peer, raw, where, reply=None):
         """Post the whole message ``raw``, which lies at ``where`` (window index, offset) in
@@ -666,9 +663,10 @@ class SharedMemoryTransport:
         if peers is True:
             self.mpi.sendrecv(sendbuf, dest, recvbuf, source)
         elif peers is not None:
-            box = self.box
-            self.xp.copyto(recvbuf, box.exchange_whole(peers[0], sendbuf, peers[1], recvbuf.dtype, recvbuf.size))
-            box.release(peers[1])
+            (out, into), box = peers, self.box
+            self.xp.copyto(recvbuf, box.swap(out, box.typed_slots(True, out, sendbuf.dtype, sendbuf.size), sendbuf,
+                                             into, box.typed_slots(False, into, recvbuf.dtype, recvbuf.size)))
+            box.release(into)
         else:
             raw = recvbuf.view(np.uint8)
             deliver = _copier(self.xp, raw)
@@ -683,9 +681,10 @@ class SharedMemoryTransport:
         size, dtype = acc.nbytes, acc.dtype
         peers = self._one_piece(sendbuf.nbytes, dest, size, source)
         if peers is not None and peers is not True:
-            box = self.box
-            combine(acc, box.exchange_whole(peers[0], sendbuf, peers[1], dtype, acc.size), out=out)
-            box.release(peers[1])
+            (to, into), box = peers, self.box
+            combine(acc, box.swap(to, box.typed_slots(True, to, sendbuf.dtype, sendbuf.size), sendbuf,
+                                  into, box.typed_slots(False, into, dtype, acc.size)), out=out)
+            box.release(into)
         elif self._node_rank(source, size) is None:
             incoming = self.workspace.get(self.xp, dtype, acc.size, "shm-combine")
             self.sendrecv(sendbuf, dest, incoming, source)
@@ -695,6 +694,36 @@ class SharedMemoryTransport:
             if not (self._exchange_in_place(sendbuf, dest, size, source, reduce)
                     or self._exchange_via_mpi(sendbuf, dest, size, source, reduce)):
                 self.wait(self._start_send(sendbuf.view(np.uint8), dest), self._start_recv(size, source, reduce))
+
+    def bind_exchange(self, dtype, send_count, dest, recv_count, source, combine, general):
+        """``general`` (a blocking exchange of ``send_count`` elements of ``dtype`` to ``dest``
+        and ``recv_count`` from ``source``: ``general(sendbuf, recvbuf)``, or with ``combine``
+        ``general(sendbuf, acc, out)`` as :meth:`sendrecv_combine`) bound to that shape, like
+        an MPI persistent request. Where both messages go through the slots as one piece, the
+        route and the slots' views are found here, once, and each call only checks that
+        nothing is pending and the slot is free (else ``general``); otherwise ``general``."""
+        low, high = self.one_slot
+        out, into = self.local.get(dest), self.local.get(source)
+        if (out is None or into is None or not low <= send_count * dtype.itemsize <= high
+                or not low <= recv_count * dtype.itemsize <= high):
+            return general
+        box, pending, copyto = self.box, self.pending, self.xp.copyto
+        swap, release, posted, taken = box.swap, box.release, box.posted[out], box.peer_consumed[out]
+        out_views, in_views = box.typed_slots(True, out, dtype, send_count), box.typed_slots(False, into, dtype,
+                                                                                            recv_count)
+        if combine is None:
+            def exchange(sendbuf, recvbuf):
+                if pending or posted[0] - taken[0] >= SLOTS:
+                    return general(sendbuf, recvbuf)
+                copyto(recvbuf, swap(out, out_views, sendbuf, into, in_views))
+                release(into)
+        else:
+            def exchange(sendbuf, acc, result):
+                if pending or posted[0] - taken[0] >= SLOTS:
+                    return general(sendbuf, acc, result)
+                combine(acc, swap(out, out_views, sendbuf, into, in_views), out=result)
+                release(into)
+        return exchange
 
     def recv_combine(self, acc, source, out, combine):
         """Receive a vector like ``acc`` from ``source`` and set ``out = combine(acc, received)``,

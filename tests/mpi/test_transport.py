@@ -180,6 +180,42 @@ def test_recv_combine_at_a_root_against_numpy(comm, transport, count):
     assert np.array_equal(out if comm.size > 1 else acc, expected)
 
 
+@pytest.mark.parametrize("count", [1, 15, 16, 63, 64, 65, 1000, 1025])
+def test_bound_exchanges_against_numpy(comm, transport, count):
+    """An exchange bound to its shape (``bind_exchange``, as the ring's steps are) delivers what
+    the left neighbour sent, plain and reduced, with nothing pending (its own route, for one-slot
+    sizes) and behind a pending message of several pieces (the general path), in turn."""
+    rank, size = comm.rank, comm.size
+    right, left = (rank + 1) % size, (rank - 1) % size
+    def vector(r):
+        return (np.arange(count, dtype=np.float32) % 89) * (r + 3)
+
+    def general(sendbuf, recvbuf):
+        transport.sendrecv(sendbuf, right, recvbuf, left)
+
+    def general_combine(sendbuf, acc, out):
+        transport.sendrecv_combine(sendbuf, right, acc, left, out, np.add)
+
+    f32 = np.dtype(np.float32)
+    plain = transport.bind_exchange(f32, count, right, count, left, None, general)
+    reduced = transport.bind_exchange(f32, count, right, count, left, np.add, general_combine)
+    one_slot = LOW <= 4 * count <= SLOT
+    assert (plain is not general, reduced is not general_combine) == (one_slot, one_slot)
+    for i, behind in enumerate((False, True, False, True)):
+        if behind:
+            early = np.full(2 * SLOT + 1, 255, np.uint8)
+            requests = [transport.irecv(early, left), transport.isend(message(rank, right, i, early.size), right)]
+        got, out = np.full(count, -1, np.float32), np.full(count, -1, np.float32)
+        plain(vector(rank), got)
+        reduced(vector(rank) * 2, vector(rank), out)
+        assert np.array_equal(got, vector(left)), (count, behind)
+        assert np.array_equal(out, vector(rank) + vector(left) * 2), (count, behind)
+        if behind:
+            for request in requests:
+                request.Wait()
+            assert np.array_equal(early, message(left, rank, i, early.size)), (count, behind)
+
+
 def test_wrong_receive_size_raises(comm, transport):
     """A receive one byte short of its send raises on the receiver, naming both sizes."""
     if comm.size < 2:
