@@ -3,7 +3,9 @@
 An algorithm is a function ``run(coll, sendbuf, recvbuf)`` that leaves the
 reduced vector in ``recvbuf`` (``recvbuf is sendbuf`` when in place); it talks
 only through ``coll.send``/``recv``/``sendrecv``/``isend``/``irecv`` and reduces only
-through ``coll.combine`` (or ``coll.sendrecv_combine``, both at once), so it works unchanged on NumPy and CuPy buffers.
+through ``coll.combine`` (or ``coll.sendrecv_combine``, both at once), so it works unchanged on
+NumPy and CuPy buffers. An algorithm whose steps repeat call for call may bind its exchanges to
+their shapes once (``coll.exchange``) and keep its steps per shape (``coll.plan``), as the ring does.
 """
 
 import atexit
@@ -228,7 +230,7 @@ class Collective:
         persistent request: ``exchange(sendbuf, recvbuf)`` as :meth:`sendrecv`, or when
         ``reducing`` ``exchange(sendbuf, acc, out)`` as :meth:`sendrecv_combine`. A transport
         with ``bind_exchange`` finds the route and its buffers once (2.5 us less per 2-rank
-        ring call at 32 KiB); made once per shape."""
+        ring call at 32 KiB); made once per shape and kept (at most 1024)."""
         key = (dtype, send_count, dest, recv_count, source, reducing)
         bound = self._exchanges.get(key)
         if bound is None:
@@ -241,6 +243,8 @@ class Collective:
             bind = getattr(self.transport, "bind_exchange", None)
             combine = self.combine if reducing else None
             bound = general if bind is None else bind(dtype, send_count, dest, recv_count, source, combine, general)
+            if len(self._exchanges) >= 1024:
+                self._exchanges.clear()
             self._exchanges[key] = bound
         return bound
 
@@ -252,7 +256,6 @@ class Collective:
         if steps is None:
             if len(self._plans) >= 256:
                 self._plans.clear()
-                self._exchanges.clear()
             steps = self._plans[key] = build(self, *shape)
         return steps
 

@@ -151,7 +151,7 @@ class Mailboxes:
         through ``out_views`` (:meth:`typed_slots`), then wait for the next piece from ``into``,
         which must be a whole message as long as the views ``in_views``, and return its view
         (:meth:`release` hands the slot back once it is read). A blocking exchange of one-slot
-        messages (each ring step of a 2-rank all-reduce from 8 to 256 KiB) in one call, no
+        messages (each ring step of a 2-rank all-reduce from 16 to 512 KiB) in one call, no
         message viewed as bytes."""
         self.xp.copyto(out_views[self.posted[out][0] % SLOTS], buf)
         if self.device is not None:  # device copies and reductions are queued: finish them first
