@@ -18,8 +18,6 @@ once, like a copy, instead of reading its reduced chunk back for a separate
 all-gather. Every element is still reduced in the same order.
 """
 
-import functools
-
 from .layout import chunk_offsets, segment_offsets
 
 __all__ = ["chunk_offsets", "reduce_scatter", "all_gather", "allreduce"]
@@ -81,21 +79,29 @@ def _all_gather_pieces(coll, buf, pieces):
         coll.sendrecv(buf[slo:shi], right, buf[rlo:rhi], left)
 
 
-@functools.lru_cache(maxsize=256)
-def _allreduce_plan(count, itemsize, n, rank):
-    """The all-reduce's exchanges in order, made once per shape: for each piece, its N-1
-    reduce-scatter steps ``(True, from_input, sent, received)`` then its N-1 all-gather
-    steps ``(False, False, sent, received)``, as slices of the vectors. A reduce-scatter
-    step sends from the input at step 0 and from the result vector (the partial sum) after."""
+def _allreduce_plan(coll, count, dtype):
+    """The all-reduce's exchanges in order, made once per shape (:meth:`Collective.plan`): for
+    each piece, its N-1 reduce-scatter steps ``(exchange, True, from_input, sent, received)``
+    then its N-1 all-gather steps ``(exchange, False, False, sent, received)``, the pieces as
+    slices of the vectors and each exchange bound to their sizes (:meth:`Collective.exchange`).
+    A reduce-scatter step sends from the input at step 0 and from the result vector (the
+    partial sum) after."""
+    n, rank = coll.size, coll.rank
+    right, left = (rank + 1) % n, (rank - 1) % n
     offsets = chunk_offsets(count, n)
-    parts = _parts(offsets, itemsize)
+    parts = _parts(offsets, dtype.itemsize)
+
+    def step(reducing, from_input, out, into):
+        exchange = coll.exchange(dtype, out.stop - out.start, right, into.stop - into.start, left, reducing)
+        return exchange, reducing, from_input, out, into
+
     plan = []
     for j in range(parts):
         pieces = [slice(lo, hi) for lo, hi in _pieces(offsets, parts, j)]
-        for step, (out, into) in enumerate(_reduce_scatter_order(n, rank)):
-            plan.append((True, step == 0, pieces[out], pieces[into]))
+        for index, (out, into) in enumerate(_reduce_scatter_order(n, rank)):
+            plan.append(step(True, index == 0, pieces[out], pieces[into]))
         for out, into in _all_gather_order(n, rank):
-            plan.append((False, False, pieces[out], pieces[into]))
+            plan.append(step(False, False, pieces[out], pieces[into]))
     return tuple(plan)
 
 
@@ -125,22 +131,12 @@ def all_gather(coll, buf):
         _all_gather_pieces(coll, buf, _pieces(chunk_offsets(buf.size, coll.size), 1, 0))
 
 
-def _bound_plan(coll, count, dtype):
-    """:func:`_allreduce_plan` with each step's exchange bound to its shape
-    (:meth:`Collective.exchange`): ``(exchange, reducing, from_input, sent, received)``."""
-    n, rank = coll.size, coll.rank
-    right, left = (rank + 1) % n, (rank - 1) % n
-    return tuple((coll.exchange(dtype, out.stop - out.start, right, into.stop - into.start, left, reducing),
-                  reducing, from_input, out, into)
-                 for reducing, from_input, out, into in _allreduce_plan(count, dtype.itemsize, n, rank))
-
-
 def allreduce(coll, sendbuf, recvbuf):
     """Each partial sum goes to its place in ``recvbuf``, so no scratch is needed."""
     if coll.size == 1:
         coll.start_in(sendbuf, recvbuf)
         return
-    for exchange, reducing, from_input, out, into in coll.plan(_bound_plan, sendbuf.size, sendbuf.dtype):
+    for exchange, reducing, from_input, out, into in coll.plan(_allreduce_plan, sendbuf.size, sendbuf.dtype):
         if reducing:
             exchange((sendbuf if from_input else recvbuf)[out], sendbuf[into], recvbuf[into])
         else:
