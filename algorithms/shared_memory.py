@@ -166,6 +166,12 @@ class Mailboxes:
                                f"got bytes {label[1]}.. of a {label[0]}-byte one")
         return incoming
 
+    def swap_whole(self, out, buf, into, dtype, count):
+        """:meth:`swap` with the slots' views found by shape (:meth:`typed_slots`): ``buf`` out,
+        a whole message of ``count`` elements of ``dtype`` in."""
+        return self.swap(out, self.typed_slots(True, out, buf.dtype, buf.size), buf,
+                         into, self.typed_slots(False, into, dtype, count))
+
     def wait_for(self, peer):
         """Spin until the next piece from ``peer`` is posted (:meth:`arrived`)."""
         posted, consumed, idle = self.peer_posted[peer], self.consumed[peer], 0
@@ -664,8 +670,7 @@ class SharedMemoryTransport:
             self.mpi.sendrecv(sendbuf, dest, recvbuf, source)
         elif peers is not None:
             (out, into), box = peers, self.box
-            self.xp.copyto(recvbuf, box.swap(out, box.typed_slots(True, out, sendbuf.dtype, sendbuf.size), sendbuf,
-                                             into, box.typed_slots(False, into, recvbuf.dtype, recvbuf.size)))
+            self.xp.copyto(recvbuf, box.swap_whole(out, sendbuf, into, recvbuf.dtype, recvbuf.size))
             box.release(into)
         else:
             raw = recvbuf.view(np.uint8)
@@ -682,8 +687,7 @@ class SharedMemoryTransport:
         peers = self._one_piece(sendbuf.nbytes, dest, size, source)
         if peers is not None and peers is not True:
             (to, into), box = peers, self.box
-            combine(acc, box.swap(to, box.typed_slots(True, to, sendbuf.dtype, sendbuf.size), sendbuf,
-                                  into, box.typed_slots(False, into, dtype, acc.size)), out=out)
+            combine(acc, box.swap_whole(to, sendbuf, into, dtype, acc.size), out=out)
             box.release(into)
         elif self._node_rank(source, size) is None:
             incoming = self.workspace.get(self.xp, dtype, acc.size, "shm-combine")
