@@ -1,9 +1,9 @@
-"""``python -m bench`` runs the sweep; ``python -m bench compare|model|perf|plot|scaling ...`` the tools."""
+"""``python -m bench`` runs the sweep; ``python -m bench bound|compare|model|perf|plot|scaling ...`` the tools."""
 
 import importlib
 import sys
 
-TOOLS = {"compare": "bench.compare", "model": "bench.model", "perf": "bench.perf", "plot": "bench.plot",
+TOOLS = {"bound": "bench.bound", "compare": "bench.compare", "model": "bench.model", "perf": "bench.perf", "plot": "bench.plot",
          "scaling": "bench.scaling"}
 
 
