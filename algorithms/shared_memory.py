@@ -596,11 +596,9 @@ class SharedMemoryTransport:
         through MPI (so blocking MPI calls are safe), else None."""
         if self.pending:
             return None
-        low, high = self.one_slot
-        if low <= send_bytes <= high and low <= recv_bytes <= high:  # the common case, decided at once
-            out, into = self.local.get(dest), self.local.get(source)
-            if out is not None and into is not None:
-                return (out, into) if self.box.slot_free(out) else None
+        peers = self._slot_peers(send_bytes, dest, recv_bytes, source)
+        if peers is not None:  # the common case, decided at once
+            return peers if self.box.slot_free(peers[0]) else None
         low, high, local = self.min_bytes, self._largest(), self.local
         out = local.get(dest) if low <= send_bytes <= high else None
         into = local.get(source) if low <= recv_bytes <= high else None
@@ -611,6 +609,17 @@ class SharedMemoryTransport:
                 or not box.slot_free(out)):
             return None
         return out, into
+
+    def _slot_peers(self, send_bytes, dest, recv_bytes, source):
+        """``(node rank of dest, node rank of source)`` when both messages fit the one-slot
+        route (each within :attr:`one_slot`, both peers on this node), else None; what is
+        pending and whether the slot is free are the caller's to check."""
+        low, high = self.one_slot
+        if low <= send_bytes <= high and low <= recv_bytes <= high:
+            out, into = self.local.get(dest), self.local.get(source)
+            if out is not None and into is not None:
+                return out, into
+        return None
 
     def send(self, buf, dest):
         if not self.pending and self._node_rank(dest, buf.nbytes) is None:
@@ -706,15 +715,14 @@ class SharedMemoryTransport:
         an MPI persistent request. Where both messages go through the slots as one piece, the
         route and the slots' views are found here, once, and each call only checks that
         nothing is pending and the slot is free (else ``general``); otherwise ``general``."""
-        low, high = self.one_slot
-        out, into = self.local.get(dest), self.local.get(source)
-        if (out is None or into is None or not low <= send_count * dtype.itemsize <= high
-                or not low <= recv_count * dtype.itemsize <= high):
+        peers = self._slot_peers(send_count * dtype.itemsize, dest, recv_count * dtype.itemsize, source)
+        if peers is None:
             return general
-        box, pending, copyto = self.box, self.pending, self.xp.copyto
+        (out, into), box, pending, copyto = peers, self.box, self.pending, self.xp.copyto
         swap, release, posted, taken = box.swap, box.release, box.posted[out], box.peer_consumed[out]
         out_views, in_views = box.typed_slots(True, out, dtype, send_count), box.typed_slots(False, into, dtype,
                                                                                             recv_count)
+        # each call: nothing pending, and Mailboxes.slot_free(out), read from its counters here
         if combine is None:
             def exchange(sendbuf, recvbuf):
                 if pending or posted[0] - taken[0] >= SLOTS:
