@@ -11,10 +11,13 @@
   node's shared memory, which messages within the node read in place (no copy).
 * ``transport_in_use(xp)``: how messages travel (shared memory or CUDA IPC within a
   node, MPI direct or staged through host memory otherwise).
+* ``run_together(main, prog)``: run a program's ``main()`` so that an error or a signal on
+  any rank ends every rank within seconds (:mod:`.ending`).
 """
 
 from .collectives import (alloc_registered, all_gather, allreduce, free_registered, reduce_scatter,
                           transport_in_use)
+from .ending import run_together
 from .executor import WORKSPACE
 from .ops import DTYPES, OPS
 from .registry import ALGORITHMS
@@ -30,5 +33,6 @@ def free_workspace():
 __all__ = [
     "ALGORITHMS", "DTYPES", "OPS",
     "allreduce", "reduce_scatter", "all_gather",
-    "alloc_registered", "free_registered", "chunk_offsets", "free_workspace", "mpi_is_cuda_aware", "transport_in_use",
+    "alloc_registered", "free_registered", "chunk_offsets", "free_workspace", "mpi_is_cuda_aware", "run_together",
+    "transport_in_use",
 ]

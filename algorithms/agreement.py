@@ -10,6 +10,8 @@ second collective gathers the details so the message can name the ranks.
 import numpy as np
 from mpi4py import MPI
 
+from .settings import rank_list
+
 #: The fields ranks must agree on, in wire order.
 FIELDS = ("collective", "count", "dtype", "op", "algorithm", "tree")
 
@@ -38,7 +40,7 @@ def agree(comm, name, problem, fields, describe):
             groups.setdefault((kind, text), []).append(rank)
         kind = next(iter(groups))[0]
         error = TypeError if kind == "TypeError" else ValueError
-        raise error(f"{name}: " + "; ".join(f"{text} (on {_ranks(rs)})" for (_, text), rs in groups.items()))
+        raise error(f"{name}: " + "; ".join(f"{text} (on {rank_list(rs)})" for (_, text), rs in groups.items()))
     parts = []
     for f in differing:
         i = FIELDS.index(f)
@@ -46,15 +48,10 @@ def agree(comm, name, problem, fields, describe):
         for rank, (_, vals) in enumerate(reports):
             groups.setdefault(vals[i], []).append(rank)
         parts.append(
-            f"{f}: " + "; ".join(f"{describe(f, v)} on {_ranks(rs)}" for v, rs in groups.items())
+            f"{f}: " + "; ".join(f"{describe(f, v)} on {rank_list(rs)}" for v, rs in groups.items())
         )
     raise ValueError(f"{name}: ranks disagree about " + " | ".join(parts))
 
 
 def _failures(reports):
     return [(rank, report) for rank, report in enumerate(reports) if report[0] is not None]
-
-
-def _ranks(ranks):
-    shown = ", ".join(str(r) for r in ranks[:8]) + (", ..." if len(ranks) > 8 else "")
-    return f"rank{'s' if len(ranks) > 1 else ''} {shown}"

@@ -10,13 +10,14 @@ their shapes once (``coll.exchange``) and keep its steps per shape (``coll.plan`
 
 import atexit
 import functools
-import os
+import sys
 
 from mpi4py import MPI
 
 from .arrays import host_buffer, is_device, same_memory
 from .ops import combiner
 from .cuda_ipc import IpcUnavailable
+from .settings import agree_settings, setting
 from .shared_memory import SharedMemoryTransport
 from .transport import DirectTransport, StagedTransport, mpi_is_cuda_aware
 
@@ -31,14 +32,8 @@ def choose_transport(xp):
     staged through host memory. ``ALLREDUCE_TRANSPORT=direct|staged|shm`` overrides it
     (``shm`` means CUDA IPC for device buffers).
     """
-    forced = os.environ.get("ALLREDUCE_TRANSPORT", "auto").strip().lower()
-    if forced in TRANSPORTS:
-        return forced
-    if forced != "auto":
-        raise ValueError(
-            f"ALLREDUCE_TRANSPORT={forced!r} is not one of auto, {', '.join(TRANSPORTS)}"
-        )
-    return "shm"
+    forced = setting("ALLREDUCE_TRANSPORT")
+    return "shm" if forced == "auto" else forced
 
 
 def build_transport(private, xp):
@@ -111,6 +106,11 @@ class Private:
     __slots__ = ("comm", "rank", "size", "contexts", "transports", "resources")
 
     def __init__(self, comm):
+        try:
+            agree_settings(comm)  # the ALLREDUCE_* variables: valid and alike on every rank
+        except ValueError:
+            comm.Free()
+            raise
         self.comm = comm
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.contexts = {}
@@ -162,7 +162,12 @@ _LIVE = []  # every Private not yet freed, in creation order (the same on every 
 @atexit.register  # registered after mpi4py's own, so it runs before MPI_Finalize
 def _free_before_finalize():
     """Windows still allocated at MPI_Finalize make MPICH's OFI netmod fail to close
-    (fabricclose: resource busy), so free them first, newest first, on every rank."""
+    (fabricclose: resource busy), so free them first, newest first, on every rank. Not
+    when the program leaves by an uncaught exception (``sys.last_value``): freeing is
+    collective, the other ranks may be waiting in a collective of their own, and the way
+    out then is an abort (mpi4py's runner, ``python -m mpi4py``, makes its finalization one)."""
+    if getattr(sys, "last_value", None) is not None:
+        return
     if MPI.Is_initialized() and not MPI.Is_finalized():
         for private in reversed(_LIVE):
             private.free_resources()

@@ -6,14 +6,14 @@ one, the larger first (pieces are empty when ``count < parts``).
 
 Segments bound what one message carries, so that a received piece is reduced
 while it is still in cache and trees can pipeline. ``ALLREDUCE_SEGMENT_BYTES``
-(default 2 MiB, read at import) sets the largest segment.
+(default 2 MiB, at least 4 KiB, read at import) sets the largest segment.
 """
 
 import functools
 
-from .settings import env_bytes
+from .settings import setting_at_import
 
-SEGMENT_BYTES = env_bytes("ALLREDUCE_SEGMENT_BYTES", 2 << 20)
+SEGMENT_BYTES = setting_at_import("ALLREDUCE_SEGMENT_BYTES")
 
 
 @functools.lru_cache(maxsize=256)

@@ -1,19 +1,134 @@
-"""Sizes read from the environment, checked the same way everywhere."""
+"""The ``ALLREDUCE_*`` environment variables that change what goes over the wire, read and
+checked the same way everywhere, and agreed on by every rank.
+
+Sender and receiver cut a message alike only when they read the same settings: a slot size,
+segment size or route threshold set on one rank alone makes its peers expect other pieces,
+and the job hangs. So :func:`agree_settings` (one ``allgather`` when a communicator is first
+used, :class:`.executor.Private`) compares every rank's raw text of every variable in
+:data:`WIRE` and raises the same ``ValueError`` on every rank, naming the variable and the
+ranks that differ, or the value that is not valid and where it was set.
+
+Sizes have lower bounds that keep a call's message count sane: pipeline segments of at least
+4 KiB (``ALLREDUCE_SEGMENT_BYTES=1`` once made one 64 KiB all-reduce 65,536 messages and
+20 s), staging chunks of at least 1 KiB, slots of at least 256 bytes (four cache lines) and
+at most 64 MiB (the node's window holds 4 slots per pair of ranks).
+"""
 
 import os
+from dataclasses import dataclass
+
+KIB, MIB = 1 << 10, 1 << 20
 
 
-def env_bytes(name, default):
-    """The positive byte count in environment variable ``name`` (``default`` when unset);
-    ``ValueError`` naming the variable for anything else."""
-    raw = os.environ.get(name, str(default))
+@dataclass(frozen=True)
+class Size:
+    """A byte count from ``lowest`` to ``highest``, a multiple of ``multiple``."""
+    default: int
+    lowest: int = 1
+    highest: int = 1 << 62
+    multiple: int = 1
+
+    def parse(self, name, raw):
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            value = None
+        if value is None or value <= 0:
+            raise ValueError(f"{name}={raw!r} must be a positive number of bytes")
+        if value < self.lowest:
+            raise ValueError(f"{name}={raw!r} is below its lower bound, {size_text(self.lowest)}")
+        if value > self.highest:
+            raise ValueError(f"{name}={raw!r} is above its upper bound, {size_text(self.highest)}")
+        if value % self.multiple:
+            raise ValueError(f"{name}={value} must be a multiple of {self.multiple}")
+        return value
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One of ``choices`` (compared in lower case, spaces stripped)."""
+    default: str
+    choices: tuple
+
+    def parse(self, name, raw):
+        value = raw.strip().lower()
+        if value not in self.choices:
+            raise ValueError(f"{name}={raw!r} is not one of {', '.join(self.choices)}")
+        return value
+
+
+#: every variable that changes how messages are cut or routed, with its rule
+WIRE = {
+    "ALLREDUCE_TRANSPORT": Choice("auto", ("auto", "direct", "staged", "shm")),
+    "ALLREDUCE_CUDA_AWARE": Choice("detect", ("detect", "0", "1")),
+    "ALLREDUCE_SEGMENT_BYTES": Size(2 * MIB, lowest=4 * KIB),
+    "ALLREDUCE_STAGE_BYTES": Size(1 * MIB, lowest=1 * KIB),
+    "ALLREDUCE_SHM_SLOT_BYTES": Size(256 * KIB, lowest=256, highest=64 * MIB, multiple=64),
+    "ALLREDUCE_IPC_SLOT_BYTES": Size(4 * MIB, lowest=4 * KIB, highest=256 * MIB, multiple=64),
+    "ALLREDUCE_SHM_MIN_BYTES": Size(8 * KIB),
+    "ALLREDUCE_SHM_MAX_BYTES": Size(256 * KIB),
+    "ALLREDUCE_IPC_MIN_BYTES": Size(1),
+    "ALLREDUCE_IPC_MAX_BYTES": Size(1 << 62),
+    "ALLREDUCE_SHM_BY_PAGES": Choice("auto", ("auto", "0", "1")),
+}
+
+#: the raw text of the variables read once per process (at import), as they were read then
+_READ_AT_IMPORT = {}
+
+
+def setting(name):
+    """The value of ``name`` (a key of :data:`WIRE`) now: its default when unset;
+    ``ValueError`` naming the variable for anything its rule refuses."""
+    raw = _READ_AT_IMPORT[name] if name in _READ_AT_IMPORT else os.environ.get(name)
+    rule = WIRE[name]
+    return rule.default if raw is None else rule.parse(name, raw)
+
+
+def setting_at_import(name):
+    """:func:`setting` for a value fixed when a module is imported (the segment size): the
+    text is kept for :func:`agree_settings`, and an invalid one gives the default here, since
+    the agreement, before any message, raises on every rank instead of on this one alone."""
+    _READ_AT_IMPORT[name] = os.environ.get(name)
     try:
-        value = int(raw)
+        return setting(name)
     except ValueError:
-        value = 0
-    if value <= 0:
-        raise ValueError(f"{name}={raw!r} must be a positive number of bytes")
-    return value
+        return WIRE[name].default
+
+
+def agree_settings(comm):
+    """Raise the same ``ValueError`` on every rank of ``comm`` when a rank's :data:`WIRE`
+    variable is invalid or the ranks' values differ (collective: one ``allgather``)."""
+    mine = {name: (_READ_AT_IMPORT[name] if name in _READ_AT_IMPORT else os.environ.get(name)) for name in WIRE}
+    everyone = comm.allgather(mine)
+    problems = []
+    for name, rule in WIRE.items():
+        texts = [ranks[name] for ranks in everyone]
+        values = []
+        for raw in texts:
+            try:
+                values.append(rule.default if raw is None else rule.parse(name, raw))
+            except ValueError as exc:
+                values.append(exc)
+        invalid = {}
+        for rank, value in enumerate(values):
+            if isinstance(value, ValueError):
+                invalid.setdefault(str(value), []).append(rank)
+        problems += [f"{text} (on {rank_list(ranks)})" for text, ranks in invalid.items()]
+        if not invalid and len(set(values)) > 1:
+            groups = {}
+            for rank, raw in enumerate(texts):
+                groups.setdefault("unset (default " + str(rule.default) + ")" if raw is None else repr(raw),
+                                  []).append(rank)
+            problems.append(f"{name} differs between ranks: "
+                            + "; ".join(f"{text} on {rank_list(rs)}" for text, rs in groups.items()))
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
+def rank_list(ranks):
+    """"rank 3" or "ranks 0, 1, 2" (the first eight, then "...")."""
+    shown = ", ".join(str(r) for r in ranks[:8]) + (", ..." if len(ranks) > 8 else "")
+    return f"rank{'s' if len(ranks) > 1 else ''} {shown}"
 
 
 def size_text(nbytes):

@@ -53,7 +53,7 @@ from mpi4py import MPI
 from .arrays import data_pointer, is_device, stream_synchronize
 from .pages import PageProbe, thp_mode
 from .registered import Registry, decode, encode
-from .settings import env_bytes, size_text
+from .settings import setting, size_text
 from .transport import TAG
 
 
@@ -65,8 +65,8 @@ SPINS_BEFORE_YIELD = 64  # idle polls before a wait gives its core away (oversub
 TYPED_VIEWS = 256  # shapes of typed slot views kept per direction (Mailboxes.typed_slots)
 
 
-#: per array module: the variable that sets the slot size, and its default
-SLOT_SIZES = {"numpy": ("ALLREDUCE_SHM_SLOT_BYTES", 256 << 10), "cupy": ("ALLREDUCE_IPC_SLOT_BYTES", 4 << 20)}
+#: per array module: the variable that sets the slot size (:data:`.settings.WIRE`)
+SLOT_SIZES = {"numpy": "ALLREDUCE_SHM_SLOT_BYTES", "cupy": "ALLREDUCE_IPC_SLOT_BYTES"}
 
 
 class Mailboxes:
@@ -77,11 +77,9 @@ class Mailboxes:
     ``registry`` (:class:`.registered.Registry`) resolves the labels of messages read in place."""
 
     def __init__(self, comm, xp=np, registry=None):
-        variable, default = SLOT_SIZES[xp.__name__]
+        variable = SLOT_SIZES[xp.__name__]
         self.registry = registry
-        self.slot_bytes = env_bytes(variable, default)
-        if self.slot_bytes % LINE:
-            raise ValueError(f"{variable}={self.slot_bytes} must be a multiple of {LINE}")
+        self.slot_bytes = setting(variable)  # a multiple of LINE (settings.WIRE)
         self.xp, self.device = xp, None
         node = comm.Split_type(MPI.COMM_TYPE_SHARED)
         members = MPI.Group.Translate_ranks(node.Get_group(), list(range(node.Get_size())),
@@ -273,20 +271,16 @@ def _node_page_probe(comm):
     announced exactly when every rank expects it). ``ALLREDUCE_SHM_BY_PAGES``: ``auto``
     (default) where the THP setting is ``never``, so every buffer lies in 4 KiB pages;
     ``1`` always (buffers in 4 KiB pages on a machine with huge pages: PyTorch's CPU
-    tensors, say); ``0`` never. A value other than these on any rank raises on every rank."""
-    wanted = os.environ.get("ALLREDUCE_SHM_BY_PAGES", "auto").strip().lower()
+    tensors, say); ``0`` never. The setting itself is agreed on by every rank
+    (:func:`.settings.agree_settings`); whether the kernel can tell is agreed here."""
+    wanted = setting("ALLREDUCE_SHM_BY_PAGES")
     on = wanted == "1" or (wanted == "auto" and thp_mode() == "never")
     probe = PageProbe() if on else PageProbe.unavailable()
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:
-        flags = node.allgather((wanted in ("auto", "0", "1"), probe.available))
+        probe.available = all(node.allgather(probe.available))
     finally:
         node.Free()
-    probe.available = all(works for _, works in flags)
-    if not all(valid for valid, _ in flags):
-        probe.free()
-        raise ValueError(f"ALLREDUCE_SHM_BY_PAGES must be auto, 0 or 1 on every rank of the node "
-                         f"(this rank: {wanted!r})")
     return probe
 
 
@@ -471,10 +465,10 @@ class _Handle:
         return self.message.done
 
 
-#: per array module: the name, and the variables (with defaults) of the smallest and largest
+#: per array module: the name, and the variables of the smallest and largest
 #: message through the slots; the others go through MPI
-ROUTES = {"numpy": ("shared-memory", ("ALLREDUCE_SHM_MIN_BYTES", 8 << 10), ("ALLREDUCE_SHM_MAX_BYTES", 256 << 10)),
-          "cupy": ("cuda-ipc", ("ALLREDUCE_IPC_MIN_BYTES", 1), ("ALLREDUCE_IPC_MAX_BYTES", 1 << 62))}
+ROUTES = {"numpy": ("shared-memory", "ALLREDUCE_SHM_MIN_BYTES", "ALLREDUCE_SHM_MAX_BYTES"),
+          "cupy": ("cuda-ipc", "ALLREDUCE_IPC_MIN_BYTES", "ALLREDUCE_IPC_MAX_BYTES")}
 
 
 class SharedMemoryTransport:
@@ -486,7 +480,7 @@ class SharedMemoryTransport:
 
     def __init__(self, private, xp, workspace, mpi):
         self.name, low, high = ROUTES[xp.__name__]
-        self.min_bytes, self.max_bytes = env_bytes(*low), env_bytes(*high)
+        self.min_bytes, self.max_bytes = setting(low), setting(high)
         self.xp, self.host = xp, not is_device(xp)
         self.mpi = mpi(private, xp, workspace)
         self.comm = private.comm

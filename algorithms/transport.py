@@ -16,13 +16,12 @@ overrides the detection of CUDA-awareness.
 
 import ctypes
 import functools
-import os
 
 import numpy as np
 from mpi4py import MPI
 
 from .arrays import host_buffer, is_device, stream_synchronize
-from .settings import env_bytes, size_text
+from .settings import setting, size_text
 
 TAG = 7  # every collective runs on a private duplicate communicator, so one tag suffices
 
@@ -30,9 +29,9 @@ TAG = 7  # every collective runs on a private duplicate communicator, so one tag
 @functools.lru_cache(maxsize=None)
 def mpi_is_cuda_aware():
     """Whether MPI accepts device pointers, from ``MPIX_Query_cuda_support`` (MPICH, Open MPI)."""
-    forced = os.environ.get("ALLREDUCE_CUDA_AWARE")
-    if forced is not None:
-        return forced.strip().lower() in ("1", "yes", "true", "on")
+    forced = setting("ALLREDUCE_CUDA_AWARE")
+    if forced != "detect":
+        return forced == "1"
     libraries = {None}
     with open("/proc/self/maps") as maps:
         libraries.update(line.split()[-1] for line in maps if "libmpi" in line)
@@ -138,7 +137,7 @@ class StagedTransport:
         self.xp = xp
         self.workspace = workspace
         self._spare = []  # host buffers of finished nonblocking messages, reused by the next ones
-        self.chunk_bytes = env_bytes("ALLREDUCE_STAGE_BYTES", 1 << 20)
+        self.chunk_bytes = setting("ALLREDUCE_STAGE_BYTES")
         self._copies = _DeviceCopies(xp) if is_device(xp) else _HostCopies()
 
     def describe(self):

@@ -1,18 +1,28 @@
-"""``python -m bench`` runs the sweep; ``python -m bench bound|compare|model|perf|plot|scaling ...`` the tools."""
+"""``python -m bench`` runs the sweep; ``python -m bench bound|compare|model|perf|plot|scaling ...`` the tools.
+
+The sweep and ``perf`` run under mpiexec, so they run together
+(:func:`algorithms.ending.run_together`): an error or a signal on one rank ends every rank.
+"""
 
 import importlib
 import sys
 
 TOOLS = {"bound": "bench.bound", "compare": "bench.compare", "model": "bench.model", "perf": "bench.perf", "plot": "bench.plot",
          "scaling": "bench.scaling"}
+UNDER_MPI = {"perf"}  # tools run on every rank of an MPI job, besides the sweep
 
 
-def main(argv):
-    if argv and argv[0] in TOOLS:
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in TOOLS and argv[0] not in UNDER_MPI:
         return importlib.import_module(TOOLS[argv[0]]).main(argv[1:])
-    from bench.cli import main as sweep
+    from algorithms.ending import run_together
 
-    return sweep(argv)
+    if argv and argv[0] in UNDER_MPI:
+        return run_together(lambda: importlib.import_module(TOOLS[argv[0]]).main(argv[1:]),
+                            f"python -m bench {argv[0]}")
+    return run_together(lambda: importlib.import_module("bench.cli").main(argv), "python -m bench")
 
 
-sys.exit(main(sys.argv[1:]))
+if __name__ == "__main__":
+    sys.exit(main())

@@ -7,7 +7,8 @@ rank 0, 1 mean, 2 min, 3 max), -z 1 barrier after every call, -T timeout in
 seconds, -J JSON file, -I 1 per-iteration statistics with -K leading
 iterations skipped. Ours: --algo, --collective, --device, --topology, --log,
 --quiet. Rank 0 prints one table per algorithm; the exit status is 1 when any
-element was wrong, 2 for bad arguments.
+element was wrong or a rank failed, 2 for bad arguments, settings or files (found before
+the first size), 3 for a -T timeout, 130 or 143 when interrupted.
 """
 
 import argparse
@@ -17,21 +18,26 @@ import os
 import socket
 import sys
 import threading
-import time
 
 import numpy as np
 from mpi4py import MPI
 
 import algorithms
+from algorithms.ending import end_job, uncut
+from algorithms.settings import agree_settings
+from topology import BandwidthMatrix
 
 from .check import wrong_elements
 from .collectives import COLLECTIVES, algorithm_names, make_runner, needs_topology
 from .machine import describe
+from .memory import bytes_needed, check_memory
 from .report import COLUMNS, PER_ITER_COLUMNS, TYPE_NAMES, bandwidths, footer, row
 from .results import ResultsWriter, bool_text
 from .sizes import parse_size, sweep
+from .startup import fail_together
 from .timing import AGGREGATIONS, aggregate, iteration_stats, time_calls
 
+PROG = "python -m bench"
 _ALIASES = {"float": "float32", "double": "float64", "half": "float16", "int": "int32",
             "char": "int8", "uint": "uint32"}
 
@@ -84,6 +90,11 @@ def parse_args(argv):
                         "'none' for no log)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     args = p.parse_args(argv)
+    comm = MPI.COMM_WORLD
+    try:
+        agree_settings(comm)  # ALLREDUCE_* variables: valid, and alike on every rank
+    except ValueError as exc:
+        p.error(str(exc))
 
     spec = COLLECTIVES[args.collective]
     known = algorithm_names(spec)
@@ -102,8 +113,11 @@ def parse_args(argv):
                 "ALLREDUCE_CUDA_AWARE=1 overrides)")
     if args.local_register and args.device != "cpu":
         p.error("-R 1 needs --device cpu: registered vectors are host memory")
-    if args.topology and not os.path.isfile(args.topology):
-        p.error(f"--topology {args.topology}: no such file")
+    if args.topology:
+        try:
+            args.topology = shared_topology(comm, args.topology)
+        except ValueError as exc:
+            p.error(f"--topology: {exc}")
     names = [dt.name for dt in algorithms.DTYPES]
     if args.datatype == "all":
         args.dtypes = names
@@ -112,6 +126,9 @@ def parse_args(argv):
     else:
         p.error(f"unknown -d {args.datatype}; choices: {', '.join(names)}, float, double, half, all")
     args.ops = (list(algorithms.OPS) if args.op == "all" else [args.op]) if spec.has_op else ["none"]
+    if not any(runs(dtype, op) for dtype in args.dtypes for op in args.ops):
+        p.error(f"-o {args.op} -d {args.datatype} leaves nothing to measure: avg is defined for "
+                "floating-point types only (-d half, float, double)")
     try:
         args.sizes = sweep(args.minbytes, args.maxbytes, args.stepfactor, args.stepbytes)
     except ValueError as exc:
@@ -134,6 +151,27 @@ def parse_args(argv):
     return args
 
 
+def runs(dtype, op):
+    """Whether the sweep measures ``op`` on ``dtype`` (avg only on floating types)."""
+    return op != "avg" or np.dtype(dtype).kind == "f"
+
+
+def shared_topology(comm, path):
+    """The matrix in ``path``, read and checked on rank 0 alone and sent to every rank (on a
+    cluster the file may lie on rank 0's node only); the same ``ValueError`` on every rank
+    when it is bad."""
+    matrix, problem = None, None
+    if comm.Get_rank() == 0:
+        try:
+            matrix = BandwidthMatrix.load(path, ranks=comm.Get_size())
+        except ValueError as exc:
+            problem = str(exc)
+    matrix, problem = comm.bcast((matrix, problem), root=0)
+    if problem:
+        raise ValueError(problem)
+    return matrix
+
+
 def malloc_mode():
     """Which allocator settings a row ran with (DESIGN.md section 4: MPI_Allreduce's temporary
     buffers pay page faults unless glibc keeps freed memory mapped)."""
@@ -141,11 +179,12 @@ def malloc_mode():
     return "tuned (" + " ".join(f"{k}={os.environ[k]}" for k in tuned) + ")" if tuned else "glibc defaults"
 
 
-class Watchdog:
-    """``-T``: abort every rank when one size runs longer than ``seconds`` (a hang, say).
+TIMEOUT_EXIT = 3
 
-    Rank 0 says why and gives the launcher a moment to forward it before aborting; the
-    other ranks wait a little longer, so rank 0's message is the one that gets out."""
+
+class Watchdog:
+    """``-T``: end every rank (exit 3) when one size runs longer than ``seconds`` (a hang,
+    say), through :func:`algorithms.ending.end_job`: rank 0's line is the one printed."""
 
     def __init__(self, seconds):
         self.seconds = seconds
@@ -156,15 +195,8 @@ class Watchdog:
         self.disarm()
         if self.seconds > 0:
             def fire():
-                if self.rank == 0:
-                    message = f"python -m bench: timeout: {what} ran over {self.seconds:g} s (-T); aborting"
-                    print(f"# {message}", flush=True)
-                    sys.stderr.write(message + "\n")
-                    sys.stderr.flush()
-                    time.sleep(0.5)
-                else:
-                    time.sleep(2.0)
-                MPI.COMM_WORLD.Abort(3)
+                end_job(TIMEOUT_EXIT, f"python -m bench: rank {self.rank}: timeout: {what} ran over "
+                                      f"{self.seconds:g} s (-T); ending every rank")
             self.timer = threading.Timer(self.seconds, fire)
             self.timer.daemon = True
             self.timer.start()
@@ -237,31 +269,31 @@ def main(argv=None):
                            "device": max(device, 0), "device_hex": "gpu" if device >= 0 else "cpu",
                            "device_info": device_info}, root=0)
 
-    writer, log = None, None
-    if rank == 0:
-        config = {
-            "nthreads": 1, "ngpus": 1, "minimum_bytes": args.minbytes, "maximum_bytes": args.maxbytes,
-            **({"step_bytes": args.stepbytes} if args.stepbytes else {"step_factor": args.stepfactor}),
-            "warmup_iters": args.warmup_iters, "iterations": args.iters, "aggregated_iterations": 1,
-            "validation": args.check, "graph": 0, "blocking_collectives": bool_text(args.blocking),
-            "per_iter_timing": bool_text(args.per_iter_timing), "per_iter_skip": args.per_iter_skip,
-            "parallel_init": "false", "devices": devices,
-        }
-        run_info = {**describe(), "ranks": size, "hosts": sorted({d["hostname"] for d in devices}),
-                    "collective": spec.name, "device": args.device,
-                    "aggregation": AGGREGATIONS[args.average], "malloc": malloc_mode(),
-                    "command": " ".join(["python -m bench", *argv])}
-        log = args.log or os.path.join("results", f"bench-{_stamp()}-{size}r.jsonl")
-        writer = ResultsWriter(args.output_file, None if log == "none" else log,
-                               ["python -m bench", *argv], config, run_info)
-        if args.output_file:
-            say(f"# Writing JSON output to {args.output_file}")
+    problem = None
+    try:
+        check_memory(comm, bytes_needed(max(args.sizes), args.local_register),
+                     f"the largest size, {max(args.sizes)} B,")
+    except ValueError as exc:
+        problem = str(exc)
+    if fail_together(comm, PROG, problem):
+        return 2
+    log = args.log or os.path.join("results", f"bench-{_stamp()}-{size}r.jsonl")
+    writer = None
+    if rank == 0:  # -J and --log checked (and -J written) before the first size
+        try:
+            writer = open_results(args, argv, devices, size, spec, None if log == "none" else log)
+        except ValueError as exc:
+            problem = str(exc)
+    if fail_together(comm, PROG, problem):
+        return 2
+    if writer is not None and args.output_file:
+        say(f"# Writing JSON output to {args.output_file}")
 
     if args.topology is None and any(needs_topology(a) for a in args.algos):
         args.topology = probe_first(comm, args, os.path.dirname(log) if rank == 0 and log != "none" else None)
 
     watchdog = Watchdog(args.timeout)
-    total_wrong, all_busbw, summaries = 0, [], {}
+    total_wrong = 0
     try:
         for algo in args.algos:
             transport = transport_of(algo, comm, xp)
@@ -270,7 +302,7 @@ def main(argv=None):
             wrong_here, busbws = 0, []
             for dtype in args.dtypes:
                 for op in args.ops:
-                    if op == "avg" and np.dtype(dtype).kind != "f":
+                    if not runs(dtype, op):
                         continue
                     run = make_runner(spec, algo, comm, op, args.topology, nccl)
                     for number, nbytes in enumerate(args.sizes, 1):
@@ -283,22 +315,37 @@ def main(argv=None):
                         wrong_here += record["nwrong_total"]
                         if rank == 0:
                             busbws += [record["out_of_place"]["bus_bw"], record["in_place"]["bus_bw"]]
-                            say(record.pop("text"), flush=True)
                             record.pop("nwrong_total")
-                            writer.add({**record, "algorithm": algo, "experiment_name": f"{spec.name}/{algo}"})
+                            with uncut():  # the table, the log and -J agree however the job ends
+                                say(record.pop("text"), flush=True)
+                                writer.add({**record, "algorithm": algo, "experiment_name": f"{spec.name}/{algo}"})
             if progress:
                 sys.stderr.write("\r" + " " * 60 + "\r")
-            average = sum(busbws) / len(busbws) if busbws else 0.0
             say(footer(wrong_here, busbws), flush=True)
             say("#", flush=True)
-            summaries[algo] = {"out_of_bounds": wrong_here, "average_bus_bandwidth": average}
             total_wrong += wrong_here
-            all_busbw += busbws
     finally:
         watchdog.disarm()
-        if writer is not None:
-            writer.finish(total_wrong, sum(all_busbw) / len(all_busbw) if all_busbw else 0.0, summaries)
+    if writer is not None:
+        writer.finish()
     return 1 if total_wrong else 0
+
+
+def open_results(args, argv, devices, size, spec, log):
+    """The :class:`ResultsWriter` of this run (rank 0): the log opened, ``-J`` written."""
+    config = {
+        "nthreads": 1, "ngpus": 1, "minimum_bytes": args.minbytes, "maximum_bytes": args.maxbytes,
+        **({"step_bytes": args.stepbytes} if args.stepbytes else {"step_factor": args.stepfactor}),
+        "warmup_iters": args.warmup_iters, "iterations": args.iters, "aggregated_iterations": 1,
+        "validation": args.check, "graph": 0, "blocking_collectives": bool_text(args.blocking),
+        "per_iter_timing": bool_text(args.per_iter_timing), "per_iter_skip": args.per_iter_skip,
+        "parallel_init": "false", "devices": devices,
+    }
+    run_info = {**describe(), "ranks": size, "hosts": sorted({d["hostname"] for d in devices}),
+                "collective": spec.name, "device": args.device,
+                "aggregation": AGGREGATIONS[args.average], "malloc": malloc_mode(),
+                "command": " ".join(["python -m bench", *argv])}
+    return ResultsWriter(args.output_file, log, ["python -m bench", *argv], config, run_info)
 
 
 def transport_of(algo, comm, xp):

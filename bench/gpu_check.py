@@ -28,6 +28,7 @@ from mpi4py import MPI
 
 import algorithms
 from algorithms.arrays import stream_synchronize
+from algorithms.ending import run_together
 from algorithms.settings import size_text
 from topology.files import write_json_atomically, write_text_atomically
 
@@ -36,6 +37,7 @@ from .collectives import AllReduce
 from .machine import describe
 from .report import bandwidths
 from .sizes import parse_size, sweep
+from .startup import refused
 from .timing import time_calls
 
 ALGOS = tuple(algorithms.ALGORITHMS)
@@ -238,9 +240,18 @@ def main(argv=None):
         p.error("give --part FILE (under mpiexec), or --merge PART... -o PREFIX")
     if args.merge:
         return merge(args)
+    return run_together(lambda: _part(args), "python -m bench.gpu_check")
+
+
+def _part(args):
+    """One rank count under mpiexec; exit 2 with one line when a GPU part is missing."""
+    from .gpu import Unavailable
+
+    if refused(MPI.COMM_WORLD, "python -m bench.gpu_check", (args.part,)):
+        return 2
     try:
         run_part(args)
-    except RuntimeError as exc:  # no GPU, no CuPy: one clear line, not a traceback
+    except Unavailable as exc:  # no GPU, no CuPy: raised on every rank alike
         if MPI.COMM_WORLD.Get_rank() == 0:
             sys.stderr.write(f"python -m bench.gpu_check: {exc}\n")
         return 2

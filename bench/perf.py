@@ -34,6 +34,7 @@ from topology.files import write_json_atomically, write_text_atomically
 from .machine import describe
 from .pages import huge_page_share, small_page_vector
 from .sizes import parse_size, sweep
+from .startup import refused
 
 ALGOS = ("ring", "tree", "dbtree", "ps", "rd")
 REGISTERED = ("ring", "tree", "dbtree")  # also timed on vectors from algorithms.alloc_registered, as "<algo>_reg"
@@ -215,6 +216,8 @@ def main(argv=None):
     p.add_argument("-o", "--output", default="results/perf-cpu", help="FILE prefix (.json, .md)")
     args = p.parse_args(argv)
     comm = MPI.COMM_WORLD
+    if refused(comm, "python -m bench perf", (args.output + ".json", args.output + ".md")):
+        return 2
     n = comm.Get_size()
     factor = 2 * (n - 1) / n if n > 1 else 0.0
     memory = peak_memory(comm, min(args.maxbytes, 256 * MIB))

@@ -5,12 +5,15 @@ The ``-J`` document has nccl-tests' keys (``version``, ``start_time``, ``args``,
 and, with ``-I 1``, the ``*_per_iter`` objects; ``out_of_bounds``,
 ``average_bus_bandwidth``, ``end_time``), so nccl-tests' own
 ``tools/analyze_perf_json.py`` reads it, plus ours under ``allreduce_bench``
-and in each result (``algorithm``, ``collective``). It is written atomically
-at the end. The log gets one self-contained JSON object per finished row,
-flushed to disk at once, so a run killed half-way leaves every finished size
-readable.
+(``complete``: false until the sweep ends) and in each result (``algorithm``,
+``collective``). It is written atomically when the run starts (so a bad path fails
+before the first size, and a killed run never leaves the previous run's file) and again
+after every finished size. The log gets one self-contained JSON object per finished row,
+flushed to disk at once, so a run killed half-way leaves every finished size readable; an
+append starts on a fresh line, and a row the disk had no room for is taken back whole.
 """
 
+import contextlib
 import datetime
 import json
 import os
@@ -30,9 +33,14 @@ def bool_text(value):
 
 
 class ResultsWriter:
-    """Collects rows on rank 0; appends each to the log at once; writes ``-J`` at the end."""
+    """Collects rows on rank 0; appends each to the log and rewrites ``-J`` at once.
+
+    A ``ValueError`` from the constructor says which path cannot be written (or that both
+    name one file): nothing was measured yet."""
 
     def __init__(self, json_path, log_path, argv, config, run_info):
+        if json_path and log_path and os.path.realpath(json_path) == os.path.realpath(log_path):
+            raise ValueError(f"-J and --log both name {json_path}; the JSON document would overwrite the log")
         self.json_path = json_path
         self.log_path = log_path
         self.rows = []
@@ -41,40 +49,126 @@ class ResultsWriter:
             "start_time": now(),
             "args": list(argv),
             "config": config,
-            "allreduce_bench": run_info,
+            "allreduce_bench": {**run_info, "complete": False},
         }
         self.run_info = run_info
+        self._log = None
         if log_path:
-            os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
-            self._log = open(log_path, "a")
+            try:
+                self._log = _open_log(log_path)
+            except OSError as exc:
+                raise ValueError(f"--log {log_path}: cannot write there: {_reason(exc)}") from None
+        if json_path:
+            try:
+                self._write_json()
+            except OSError as exc:
+                self.close()
+                raise ValueError(f"-J {json_path}: cannot write there: {_reason(exc)}") from None
 
     def add(self, record):
+        """Log ``record`` (one finished size of one algorithm) and rewrite ``-J`` with it;
+        ``OSError`` naming the file that could not take it."""
         self.rows.append(record)
-        if self.log_path:
-            line = {**self.run_info, "start_time": self.document["start_time"], **record}
-            self._log.write(json.dumps(line) + "\n")
-            self._log.flush()
-            os.fsync(self._log.fileno())
+        if self._log:
+            with _naming(self.log_path):
+                line = {**self.run_info, "start_time": self.document["start_time"], **record}
+                _append_line(self._log, json.dumps(line) + "\n")
+        if self.json_path:
+            with _naming(self.json_path):
+                self._write_json()
 
-    def finish(self, wrong, average_busbw, summaries):
-        if self.log_path:
+    def finish(self):
+        """The last ``-J``, ``complete``; the log closed."""
+        self.close()
+        if self.json_path:
+            self._write_json(complete=True)
+
+    def close(self):
+        if self._log:
             self._log.close()
-        if not self.json_path:
-            return
+            self._log = None
+
+    def _write_json(self, complete=False):
+        wrong, busbw, summaries = 0, [], {}
+        for row in self.rows:
+            here = [row[p] for p in ("out_of_place", "in_place") if p in row]
+            row_wrong = sum(int(p["nwrong"] or 0) for p in here)
+            wrong += row_wrong
+            busbw += [p["bus_bw"] for p in here]
+            summary = summaries.setdefault(row.get("algorithm", "?"), {"out_of_bounds": 0, "busbw": []})
+            summary["out_of_bounds"] += row_wrong
+            summary["busbw"] += [p["bus_bw"] for p in here]
         document = {
             **self.document,
+            "allreduce_bench": {**self.document["allreduce_bench"], "complete": complete},
             "results": self.rows,
             "out_of_bounds": {"count": int(wrong), "okay": bool_text(wrong == 0)},
-            "average_bus_bandwidth": {"bandwidth": average_busbw, "okay": "unchecked"},
-            "summaries": summaries,
+            "average_bus_bandwidth": {"bandwidth": _mean(busbw), "okay": "unchecked"},
+            "summaries": {name: {"out_of_bounds": s["out_of_bounds"], "average_bus_bandwidth": _mean(s["busbw"])}
+                          for name, s in summaries.items()},
             "end_time": now(),
         }
         write_json_atomically(self.json_path, document)
 
 
+@contextlib.contextmanager
+def _naming(path):
+    """Re-raise an ``OSError`` with ``path`` as its file name."""
+    try:
+        yield
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, path) from None
+
+
+def _reason(exc):
+    """Why a path cannot be written, in words."""
+    if isinstance(exc, (FileExistsError, NotADirectoryError)):
+        return "part of its folder is a file"
+    return exc.strerror or str(exc)
+
+
+def _mean(values):
+    return sum(values) / len(values) if values else 0.0
+
+
+def _open_log(path):
+    """``path`` open for appending (created, folders too), positioned on a fresh line."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    log = open(path, "ab")
+    try:
+        if log.tell() > 0:
+            with open(path, "rb") as f:
+                f.seek(-1, os.SEEK_END)
+                cut = f.read(1) != b"\n"
+            if cut:  # the last run was cut mid-row: that fragment keeps a line of its own
+                _append_line(log, "\n")
+    except BaseException:
+        log.close()
+        raise
+    return log
+
+
+def _append_line(log, text):
+    """Append ``text`` and push it to the disk; on failure (no room, say) take back what got
+    written of it, so the log never holds a partial row, and raise."""
+    start = log.tell()
+    try:
+        log.write(text.encode())
+        log.flush()
+        os.fsync(log.fileno())
+    except OSError:
+        try:
+            log.truncate(start)
+            log.seek(start)
+        except OSError:
+            pass
+        raise
+
+
 def read_results(path):
     """Rows of ours from a ``-J`` document or a JSON-lines log: dicts with at least
-    algorithm, collective, size, count, type, redop, out_of_place and in_place."""
+    algorithm, collective, size, count, type, redop, out_of_place and in_place. A log line
+    that does not parse (a row cut by a killed run) is skipped."""
     with open(path) as f:
         text = f.read()
     try:
@@ -84,4 +178,12 @@ def read_results(path):
     if isinstance(document, dict) and "results" in document:
         run = document.get("allreduce_bench", {})
         return [{**run, **row} for row in document["results"]]
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    rows = []
+    for line in text.splitlines():
+        try:
+            row = json.loads(line) if line.strip() else None
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows

@@ -25,6 +25,21 @@ out=${RESULTS:-$repo/results/${SLURM_JOB_ID:-$(date -u +%Y%m%dT%H%M%SZ)}}
 mkdir -p "$out"
 cd "$repo" || exit 2
 
+# When the script exits, however it ends (a failed step, Ctrl-C, scancel, a time limit), remove
+# the /dev/shm/mpich_shm_* files MPICH left behind since it started and no live process maps,
+# on every node of the allocation (jobs/clean-shm.sh).
+job_started=$(date +%s)
+clean_shm() {
+  "$repo/jobs/clean-shm.sh" "$job_started" >&2
+  if [ "${SLURM_JOB_NUM_NODES:-1}" -gt 1 ]; then
+    timeout 30 srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=0 \
+      "$repo/jobs/clean-shm.sh" "$job_started" >&2 || true
+  fi
+}
+trap clean_shm EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
 # launch MODULE ARGS...: run `python -m MODULE ARGS` on every rank.
 launch() {
   if [ "$launcher" = srun ]; then

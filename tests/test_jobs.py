@@ -123,7 +123,10 @@ def test_probe_job(slurm, tmp_path):
 
 
 def test_a_job_killed_by_its_time_limit_keeps_finished_sizes(slurm, tmp_path):
+    """Slurm's SIGTERM at the time limit ends every rank (exit 143): the log and -J hold the
+    finished sizes, and the script removes the /dev/shm files MPICH left behind."""
     results = tmp_path / "killed"
+    shm_before = {p for p in os.listdir("/dev/shm") if p.startswith("mpich_shm_")}
     started = time.monotonic()
     code, log = sbatch(slurm, "cpu-sweep.sbatch", results, "--ntasks=2", "--time=1", timeout=300,
                        MIN_BYTES="1K", MAX_BYTES="1G", FACTOR="2", ITERS="2000", WARMUP="1", ALGOS="ring")
@@ -134,3 +137,9 @@ def test_a_job_killed_by_its_time_limit_keeps_finished_sizes(slurm, tmp_path):
     assert all(r["out_of_place"]["nwrong"] == 0 for r in rows)
     table = [l for l in (results / "sweep.txt").read_text().splitlines() if l and not l.startswith("#")]
     assert len(table) >= len(rows)
+    document = json.loads((results / "sweep.json").read_text())  # rewritten after every size
+    saved = [r["size"] for r in document["results"]]
+    assert document["allreduce_bench"]["complete"] is False
+    assert saved == [r["size"] for r in rows][:len(saved)] and len(rows) - len(saved) in (0, 1)
+    assert "interrupted by SIGTERM; ending every rank" in log, log[-2000:]
+    assert {p for p in os.listdir("/dev/shm") if p.startswith("mpich_shm_")} - shm_before == set()

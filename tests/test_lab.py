@@ -109,6 +109,7 @@ def test_up_exec_down_and_another_owner_cannot_take_it_down():
 @needs_lab
 def test_an_interrupted_run_leaves_nothing_behind(tmp_path):
     tag = f"k{os.getpid() % 100000}"
+    shm_before = {p for p in os.listdir("/dev/shm") if p.startswith("mpich_shm_")}
     env = {**os.environ, "TAG": tag, "VENV": os.path.dirname(os.path.dirname(sys.executable)), "OUT": str(tmp_path)}
     proc = subprocess.Popen([os.path.join(ROOT, "jobs/lab/run-lab.sh"), "--only", "het8"], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -125,4 +126,5 @@ def test_an_interrupted_run_leaves_nothing_behind(tmp_path):
             proc.kill()
     assert proc.returncode == 143, output[-2000:]
     assert leftovers(tag) == []
+    assert {p for p in os.listdir("/dev/shm") if p.startswith("mpich_shm_")} - shm_before == set(), output[-2000:]
     assert not os.path.exists(os.path.join(network.STATE_DIR, f"{tag}.json"))

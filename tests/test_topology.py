@@ -202,15 +202,15 @@ def test_best_root():
 
 
 def test_bad_matrices_are_named():
-    with pytest.raises(ValueError, match=r"bandwidth must be square, got shape \(2, 3\)"):
+    with pytest.raises(ValueError, match=r"bandwidth_GBps must be a square matrix with a row per rank, got shape \(2, 3\)"):
         BandwidthMatrix(np.ones((2, 3)))
     nan = np.ones((3, 3))
     nan[1, 2] = np.nan
-    with pytest.raises(ValueError, match=r"bandwidth\[1\]\[2\] is nan, not a finite number"):
+    with pytest.raises(ValueError, match=r"bandwidth_GBps\[1\]\[2\] is nan, not a finite number"):
         BandwidthMatrix(nan)
-    with pytest.raises(ValueError, match=r"bandwidth\[0\]\[1\] is negative"):
+    with pytest.raises(ValueError, match=r"bandwidth_GBps\[0\]\[1\] is -1, negative"):
         BandwidthMatrix([[0, -1], [1, 0]])
-    with pytest.raises(ValueError, match="square matrix of numbers"):
+    with pytest.raises(ValueError, match=r"bandwidth_GBps\[0\]\[0\] is a string 'a', not a number"):
         BandwidthMatrix([["a", "b"], ["c", "d"]])
     assert BandwidthMatrix([[np.inf, 1], [1, np.nan]]).bandwidth[0, 0] == 0  # the diagonal is ignored
 
@@ -232,7 +232,7 @@ def test_matrix_file_round_trip_and_errors(tmp_path):
     data = json.loads(path.read_text())
     data["bandwidth_GBps"][0][1] = "NaN"
     (tmp_path / "nan.json").write_text(json.dumps(data))
-    with pytest.raises(ValueError, match=r"nan.json: bandwidth\[0\]\[1\] is nan"):
+    with pytest.raises(ValueError, match=r"nan.json: bandwidth_GBps\[0\]\[1\] is a string 'NaN', not a number"):
         BandwidthMatrix.load(tmp_path / "nan.json")
     data = json.loads(path.read_text())
     data["ranks"] = 7

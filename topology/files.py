@@ -1,8 +1,19 @@
-"""Atomic file writes: a reader sees the old file or the new one, never half of one."""
+"""Atomic file writes: a reader sees the old file or the new one, never half of one.
+
+The new file gets the mode an ordinary ``open()`` would give it (0666 less the umask), not
+the 0600 of a temporary file.
+"""
 
 import json
 import os
 import tempfile
+
+
+def current_umask():
+    """The process's umask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_text_atomically(path, text):
@@ -11,6 +22,7 @@ def write_text_atomically(path, text):
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, path)
@@ -18,6 +30,18 @@ def write_text_atomically(path, text):
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def check_writable(path):
+    """Raise ``OSError`` unless a file can be written atomically at ``path`` (its folder made,
+    a temporary file created there and removed), before the work that would fill it."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise IsADirectoryError(21, "it is a folder", path)
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+    os.close(fd)
+    os.unlink(tmp)
 
 
 def write_json_atomically(path, data):

@@ -7,6 +7,12 @@ A bandwidth of 0 means no link. The file is JSON::
     {"format": "allreduce-bench/bandwidth-matrix", "version": 1, "ranks": S,
      "hosts": [...], "bandwidth_GBps": [[...]], "latency_us": [[...]],
      "measured": {"method": ..., "bytes": ..., "reps": ..., "mpi": ..., "date": ...}}
+
+Files and arrays are checked entry by entry, with one rule for every use: every entry a
+number (JSON ``true`` or ``"5"`` is not), finite, not negative, bandwidths at most
+:data:`MAX_BANDWIDTH_GBPS` and latencies at most :data:`MAX_LATENCY_US` (off the diagonal);
+``ranks`` an integer equal to the matrix's size, ``hosts`` a list of that many names. A
+``ValueError`` names the first entry that breaks a rule.
 """
 
 import json
@@ -18,6 +24,9 @@ import numpy as np
 from .files import write_json_atomically
 
 FORMAT = "allreduce-bench/bandwidth-matrix"
+MAX_BANDWIDTH_GBPS = 1e5  # 100 TB/s: a hundred times the fastest link there is
+MAX_LATENCY_US = 1e7  # 10 s
+_LIMITS = {"bandwidth": (MAX_BANDWIDTH_GBPS, "GB/s"), "latency": (MAX_LATENCY_US, "us")}
 
 
 @dataclass
@@ -96,6 +105,8 @@ class BandwidthMatrix:
             raise ValueError(f"cannot read bandwidth matrix {path}: {exc.strerror or exc}") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ValueError(f"bandwidth matrix {path} is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise ValueError(f"bandwidth matrix {path} is nested too deeply to be a bandwidth matrix") from None
         try:
             matrix = cls.from_json(data)
         except ValueError as exc:
@@ -106,12 +117,29 @@ class BandwidthMatrix:
 
     @classmethod
     def from_json(cls, data):
-        if not isinstance(data, dict) or "bandwidth_GBps" not in data:
+        if not isinstance(data, dict):
+            raise ValueError(f"the file holds {_kind(data)}, not an object with a 'bandwidth_GBps' matrix")
+        if "bandwidth_GBps" not in data:
             raise ValueError("no 'bandwidth_GBps' matrix in it")
-        matrix = cls(data["bandwidth_GBps"], data.get("latency_us"), data.get("hosts"),
-                     data.get("measured") or {})
-        if "ranks" in data and data["ranks"] != matrix.size:
-            raise ValueError(f"'ranks' says {data['ranks']} but the matrix is {matrix.size}x{matrix.size}")
+        if "format" in data and data["format"] != FORMAT:
+            raise ValueError(f"'format' is {data['format']!r}, not {FORMAT!r}")
+        if "version" in data and (type(data["version"]) is not int or data["version"] != 1):
+            raise ValueError(f"'version' is {data['version']!r}; this reader knows version 1")
+        hosts = data.get("hosts")
+        if hosts is not None and (not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts)):
+            bad = hosts if not isinstance(hosts, list) else next(h for h in hosts if not isinstance(h, str))
+            raise ValueError(f"'hosts' must be a list of host names; it holds {_kind(bad)} {bad!r}"[:200])
+        measured = data.get("measured")
+        measured = {} if measured is None else measured
+        if not isinstance(measured, dict):
+            raise ValueError(f"'measured' is {_kind(measured)}, not an object")
+        matrix = cls(data["bandwidth_GBps"], data.get("latency_us"), hosts, measured)
+        if "ranks" in data:
+            ranks = data["ranks"]
+            if type(ranks) is not int:
+                raise ValueError(f"'ranks' is {_kind(ranks)} {ranks!r}, not an integer"[:200])
+            if ranks != matrix.size:
+                raise ValueError(f"'ranks' says {ranks} but the matrix is {matrix.size}x{matrix.size}")
         return matrix
 
 
@@ -129,23 +157,60 @@ def as_matrix(source, ranks=None):
 
 
 def _square(values, name):
-    try:
-        array = np.array(values, dtype=float)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a square matrix of numbers") from None
-    if array.ndim != 2 or array.shape[0] != array.shape[1]:
-        raise ValueError(f"{name} must be square, got shape {array.shape}")
+    """``values`` as a square float array, checked entry by entry (see the module docstring)."""
+    label = f"{name}_GBps" if name == "bandwidth" else f"{name}_us"
+    if isinstance(values, np.ndarray):
+        if values.dtype.kind not in "iuf":
+            raise ValueError(f"{label} must hold numbers, not {values.dtype} values")
+        array = values.astype(float)
+    else:
+        array = _numbers(values, label)
+    if array.ndim != 2 or array.shape[0] != array.shape[1] or array.shape[0] == 0:
+        raise ValueError(f"{label} must be a square matrix with a row per rank, got shape {array.shape}")
     off_diagonal = ~np.eye(len(array), dtype=bool)
-    bad = ~np.isfinite(array) & off_diagonal
-    if bad.any():
-        i, j = np.argwhere(bad)[0]
-        raise ValueError(f"{name}[{i}][{j}] is {array[i, j]}, not a finite number")
-    negative = (array < 0) & off_diagonal
-    if negative.any():
-        i, j = np.argwhere(negative)[0]
-        raise ValueError(f"{name}[{i}][{j}] is negative ({array[i, j]})")
+    limit, unit = _LIMITS[name]
+    with np.errstate(invalid="ignore"):
+        checks = ((~np.isfinite(array), "not a finite number"), (array < 0, "negative"),
+                  (array > limit, f"above the largest plausible {name}, {limit:g} {unit}"))
+    for bad, what in checks:
+        bad &= off_diagonal
+        if bad.any():
+            i, j = np.argwhere(bad)[0]
+            raise ValueError(f"{label}[{i}][{j}] is {array[i, j]:g}, {what}")
     np.fill_diagonal(array, 0.0)
     return array
+
+
+def _numbers(rows, label):
+    """A nested list of JSON numbers as a float array; ``ValueError`` naming the first entry
+    that is not a number (a string, a boolean, null, an integer too large for a float)."""
+    if not isinstance(rows, (list, tuple)):
+        raise ValueError(f"{label} is {_kind(rows)}, not a list of rows")
+    out = np.zeros((len(rows), len(rows)))
+    for i, row in enumerate(rows):
+        if not isinstance(row, (list, tuple, np.ndarray)):
+            raise ValueError(f"{label}[{i}] is {_kind(row)}, not a row of numbers")
+        if len(row) != len(rows):
+            raise ValueError(f"{label} must be square: row {i} has {len(row)} entries for {len(rows)} rows")
+        for j, value in enumerate(row):
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+                raise ValueError(f"{label}[{i}][{j}] is {_kind(value)} {value!r}, not a number"[:200])
+            try:
+                out[i, j] = float(value)
+            except OverflowError:
+                raise ValueError(f"{label}[{i}][{j}] is an integer of {len(str(value))} digits, "
+                                 "too large for a number of GB/s or us") from None
+    return out
+
+
+def _kind(value):
+    """``value``'s JSON kind, for messages."""
+    if isinstance(value, (bool, np.bool_)):
+        return "a boolean"
+    if value is None:
+        return "null"
+    return {str: "a string", int: "an integer", float: "a number", list: "a list", dict: "an object"}.get(
+        type(value), f"a {type(value).__name__}")
 
 
 # ---- synthetic topologies ----

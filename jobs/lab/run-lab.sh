@@ -15,7 +15,9 @@ PY="${VENV:-.venv}/bin/python"
 TAG="${TAG:-arlab}"
 ALLREDUCE_LAB_OWNER="run-lab-$$-$(date +%s%N)"
 export ALLREDUCE_LAB_OWNER
-trap '"$PY" -m bench.lab --tag "$TAG" down >/dev/null || true' EXIT
+started=$(date +%s)
+# On exit: the lab's namespaces down, and the /dev/shm files of MPI ranks that it ended (jobs/clean-shm.sh).
+trap '"$PY" -m bench.lab --tag "$TAG" down >/dev/null || true; jobs/clean-shm.sh "$started" >&2' EXIT
 # In the background so that a signal reaches the script at once; the child ends on SIGTERM
 # (it takes its own lab down first), then the EXIT trap checks.
 "$PY" -m bench.lab --tag "$TAG" run --out "${OUT:-results/lab}" "$@" &

@@ -195,3 +195,21 @@ def test_repeated_calls_reuse_workspace(comm):
         algorithms.allreduce(x, np.empty_like(x), algorithm=algorithm, **options(algorithm, comm.size))
     after = {k: id(v) for k, v in algorithms.WORKSPACE._buffers.items()}
     assert before == after
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_max_and_min_propagate_nan_alike_on_every_rank(comm, op):
+    """A NaN on any one rank gives NaN at that element on every rank, whichever rank holds it
+    and with every algorithm (NumPy's maximum/minimum: the reference is NaN by definition).
+    MPI's own MAX and MIN need not: MPICH's result depends on where the NaN enters."""
+    count = 3 * comm.size + 1
+    for algorithm in sorted(algorithms.ALGORITHMS):
+        for dtype in ("float16", "float32", "float64"):
+            x = rank_input(dtype, op, count, comm.rank, comm.size).astype(dtype)
+            x[comm.rank::comm.size] = np.nan  # element i: NaN on rank i % size alone
+            out = algorithms.allreduce(x, np.empty_like(x), op=op, algorithm=algorithm,
+                                       **options(algorithm, comm.size))
+            finite = np.isfinite(out)
+            assert not finite.any(), (algorithm, dtype, np.flatnonzero(finite)[:5])
+            everyone = comm.allgather(out.tobytes())
+            assert all(b == everyone[0] for b in everyone), (algorithm, dtype, "ranks differ")

@@ -9,11 +9,13 @@ under 64 bytes or over 4 KiB go through MPI, mixed with the others.
 """
 
 import contextlib
+import os
 
 import numpy as np
 import pytest
 from mpi4py import MPI
 
+from algorithms import settings
 from algorithms.executor import WORKSPACE, Private
 from algorithms.shared_memory import SLOTS, SharedMemoryTransport
 from algorithms.transport import DirectTransport, StagedTransport
@@ -230,13 +232,10 @@ def test_wrong_receive_size_raises(comm, transport):
 
 
 def test_slot_size_must_be_a_multiple_of_a_cache_line(comm, monkeypatch):
+    """Checked on every rank when a communicator is first used (the settings' agreement)."""
     monkeypatch.setenv("ALLREDUCE_SHM_SLOT_BYTES", "1000")
-    private = Private(comm.Dup())
-    try:
-        with pytest.raises(ValueError, match="ALLREDUCE_SHM_SLOT_BYTES=1000 must be a multiple of 64"):
-            SharedMemoryTransport(private, np, WORKSPACE, DirectTransport)
-    finally:
-        private.free()
+    with pytest.raises(ValueError, match="ALLREDUCE_SHM_SLOT_BYTES=1000 must be a multiple of 64"):
+        Private(comm.Dup())
 
 
 def huge_page_vector(nbytes):
@@ -304,9 +303,32 @@ def test_a_large_message_goes_by_the_senders_pages(comm, monkeypatch, by_pages):
 def test_page_route_setting_must_be_0_or_1(comm, monkeypatch):
     """A bad ALLREDUCE_SHM_BY_PAGES on one rank raises on every rank (the route must agree)."""
     monkeypatch.setenv("ALLREDUCE_SHM_BY_PAGES", "yes" if comm.rank == comm.size - 1 else "1")
-    with pytest.raises(ValueError, match="ALLREDUCE_SHM_BY_PAGES must be auto, 0 or 1 on every rank"):
+    last = f"rank {comm.size - 1}"
+    with pytest.raises(ValueError, match=f"ALLREDUCE_SHM_BY_PAGES='yes' is not one of auto, 0, 1 \\(on {last}\\)"):
         with built(comm, monkeypatch):
             pass
+
+
+@pytest.mark.parametrize("variable,value", [("ALLREDUCE_SHM_SLOT_BYTES", "65536"), ("ALLREDUCE_SHM_MIN_BYTES", "128"),
+                                            ("ALLREDUCE_SHM_MAX_BYTES", "100"), ("ALLREDUCE_SEGMENT_BYTES", "65536"),
+                                            ("ALLREDUCE_STAGE_BYTES", "4096"), ("ALLREDUCE_TRANSPORT", "direct"),
+                                            ("ALLREDUCE_SHM_BY_PAGES", "0"), ("ALLREDUCE_CUDA_AWARE", "1")])
+def test_a_setting_on_one_rank_alone_raises_on_every_rank(comm, monkeypatch, variable, value):
+    """Every variable that changes what goes over the wire is agreed on: set on the last rank
+    alone, the first use of a communicator raises the same error everywhere, naming the variable
+    and the ranks (one rank: nothing to disagree with)."""
+    monkeypatch.delenv(variable, raising=False)
+    if comm.rank == comm.size - 1:
+        monkeypatch.setenv(variable, value)
+    if variable == "ALLREDUCE_SEGMENT_BYTES":  # read at import: the agreement compares the text read then
+        monkeypatch.setitem(settings._READ_AT_IMPORT, variable, os.environ.get(variable))
+    if comm.size == 1:
+        Private(comm.Dup()).free()
+        return
+    others = "rank 0" if comm.size == 2 else f"ranks {', '.join(str(r) for r in range(comm.size - 1))}"
+    with pytest.raises(ValueError, match=f"{variable} differs between ranks: unset \\(default [^)]*\\) on {others}; "
+                                         f"'{value}' on rank {comm.size - 1}$"):
+        Private(comm.Dup())
 
 
 def test_pages_are_probed_from_the_kernel():

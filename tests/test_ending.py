@@ -1,0 +1,164 @@
+"""Single-process tests of what keeps a job whole: the settings' rules, the results writer,
+the driver's fill and memory arithmetic, the error line, the topology file's rules."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from algorithms import ending, settings
+from bench.check import check_expected, check_fill
+from bench.memory import bytes_needed, check_memory
+from bench.results import ResultsWriter, read_results
+from topology import BandwidthMatrix
+
+
+@pytest.mark.parametrize("name,raw,message", [
+    ("ALLREDUCE_SEGMENT_BYTES", "4095", "ALLREDUCE_SEGMENT_BYTES='4095' is below its lower bound, 4 KiB"),
+    ("ALLREDUCE_SEGMENT_BYTES", "-5", "must be a positive number of bytes"),
+    ("ALLREDUCE_SEGMENT_BYTES", "2M", "ALLREDUCE_SEGMENT_BYTES='2M' must be a positive number of bytes"),
+    ("ALLREDUCE_STAGE_BYTES", "1023", "below its lower bound, 1 KiB"),
+    ("ALLREDUCE_SHM_SLOT_BYTES", "192", "below its lower bound, 256 B"),
+    ("ALLREDUCE_SHM_SLOT_BYTES", str(128 << 20), "above its upper bound, 64 MiB"),
+    ("ALLREDUCE_SHM_SLOT_BYTES", "1000", "ALLREDUCE_SHM_SLOT_BYTES=1000 must be a multiple of 64"),
+    ("ALLREDUCE_SHM_BY_PAGES", "yes", "ALLREDUCE_SHM_BY_PAGES='yes' is not one of auto, 0, 1"),
+    ("ALLREDUCE_CUDA_AWARE", "true", "ALLREDUCE_CUDA_AWARE='true' is not one of detect, 0, 1"),
+])
+def test_settings_are_refused_by_their_rules(monkeypatch, name, raw, message):
+    monkeypatch.setattr(settings, "_READ_AT_IMPORT", {})  # as if nothing had been read at import
+    monkeypatch.setenv(name, raw)
+    with pytest.raises(ValueError, match=message):
+        settings.setting(name)
+    with pytest.raises(ValueError, match=r"\(on rank 0\)$"):
+        settings.agree_settings(MPI.COMM_SELF)
+
+
+def test_settings_take_their_bounds_and_defaults(monkeypatch):
+    for name, rule in settings.WIRE.items():
+        monkeypatch.delenv(name, raising=False)
+        assert settings.setting(name) == rule.default
+    monkeypatch.setenv("ALLREDUCE_SHM_SLOT_BYTES", "256")
+    monkeypatch.setenv("ALLREDUCE_TRANSPORT", " Direct ")
+    assert settings.setting("ALLREDUCE_SHM_SLOT_BYTES") == 256
+    assert settings.setting("ALLREDUCE_TRANSPORT") == "direct"
+    settings.agree_settings(MPI.COMM_SELF)
+
+
+def test_a_value_read_at_import_falls_back_and_the_agreement_still_refuses_it(monkeypatch):
+    monkeypatch.setenv("ALLREDUCE_SEGMENT_BYTES", "1")
+    monkeypatch.setattr(settings, "_READ_AT_IMPORT", {})
+    assert settings.setting_at_import("ALLREDUCE_SEGMENT_BYTES") == 2 << 20
+    monkeypatch.setenv("ALLREDUCE_SEGMENT_BYTES", "65536")  # changed after import: the read text counts
+    with pytest.raises(ValueError, match="ALLREDUCE_SEGMENT_BYTES='1' is below its lower bound"):
+        settings.agree_settings(MPI.COMM_SELF)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "int32", "uint64", "float16", "float32", "float64"])
+@pytest.mark.parametrize("op", ["sum", "prod", "max", "min", "avg"])
+def test_the_check_fill_is_its_closed_form(dtype, op):
+    """bench.check builds its vectors by doubling copies; the closed forms by np.arange here."""
+    if op == "avg" and np.dtype(dtype).kind != "f":
+        return
+    for count in (0, 1, 2, 7, 100, 1001):
+        for size in (1, 3, 8):
+            i = np.arange(count)
+            for rank in range(size):
+                expected = {"sum": rank % 4 + i % 3, "avg": rank % 4 + i % 3, "prod": np.where(i % size == rank, 2, 1),
+                            "max": (rank % 16) * 3 + i % 7, "min": (rank % 16) * 3 + i % 7}[op].astype(dtype)
+                assert np.array_equal(check_fill(dtype, op, count, rank, size), expected)
+            inputs = np.array([check_fill("float64", op, count, r, size) for r in range(size)])
+            reduced = {"sum": inputs.sum(0), "avg": inputs.sum(0) / size, "prod": inputs.prod(0),
+                       "max": inputs.max(0), "min": inputs.min(0)}[op] if count else np.zeros(0)
+            want = reduced.astype(dtype) if op != "avg" else (inputs.sum(0).astype(dtype) / size).astype(dtype)
+            got = check_expected(dtype, op, count, size)
+            assert got.dtype == np.dtype(dtype) and np.array_equal(got, want), (count, size)
+
+
+def test_memory_needs_and_the_refusal():
+    assert bytes_needed(1 << 30) == 7 * (1 << 30) + (128 << 20)
+    assert bytes_needed(1 << 30, registered=True) == 12 * (1 << 30) + (128 << 20)
+    check_memory(MPI.COMM_SELF, 1 << 20, "a small size")
+    with pytest.raises(ValueError, match=r"^a huge size needs 1024\.0 GiB on \S+: 1 ranks x 1024\.0 GiB each, but "):
+        check_memory(MPI.COMM_SELF, 1 << 40, "a huge size")
+
+
+def writer(tmp_path, log="log.jsonl", document="run.json"):
+    return ResultsWriter(document and str(tmp_path / document), log and str(tmp_path / log), ["x"], {},
+                         {"ranks": 1})
+
+
+ROW = {"algorithm": "ring", "size": 8, "out_of_place": {"bus_bw": 1.0, "nwrong": 0.0},
+       "in_place": {"bus_bw": 3.0, "nwrong": 0.0}}
+
+
+def test_the_document_is_written_at_once_and_after_every_row(tmp_path):
+    w = writer(tmp_path)
+    document = json.loads((tmp_path / "run.json").read_text())
+    assert document["results"] == [] and document["allreduce_bench"]["complete"] is False
+    w.add(ROW)
+    w.add({**ROW, "size": 16, "in_place": {"bus_bw": 5.0, "nwrong": 2.0}})
+    document = json.loads((tmp_path / "run.json").read_text())
+    assert [r["size"] for r in document["results"]] == [8, 16]
+    assert document["out_of_bounds"] == {"count": 2, "okay": "false"}
+    assert document["average_bus_bandwidth"]["bandwidth"] == 2.5
+    assert document["summaries"] == {"ring": {"out_of_bounds": 2, "average_bus_bandwidth": 2.5}}
+    w.finish()
+    assert json.loads((tmp_path / "run.json").read_text())["allreduce_bench"]["complete"] is True
+    assert [json.loads(line)["size"] for line in (tmp_path / "log.jsonl").read_text().splitlines()] == [8, 16]
+    assert sorted(os.listdir(tmp_path)) == ["log.jsonl", "run.json"]  # no temporary file left
+
+
+def test_paths_that_cannot_be_written_are_named(tmp_path):
+    (tmp_path / "f").write_text("")
+    with pytest.raises(ValueError, match="^--log .*f/x: cannot write there: part of its folder is a file$"):
+        writer(tmp_path, log="f/x")
+    with pytest.raises(ValueError, match="^-J .*f/x: cannot write there: part of its folder is a file$"):
+        writer(tmp_path, document="f/x")
+    with pytest.raises(ValueError, match="^-J and --log both name"):
+        writer(tmp_path, log="same", document="same")
+
+
+def test_a_cut_log_gets_a_fresh_line_and_readers_skip_the_fragment(tmp_path):
+    (tmp_path / "log.jsonl").write_text(json.dumps(ROW) + '\n{"algor')
+    w = writer(tmp_path, document=None)
+    w.add({**ROW, "size": 32})
+    w.finish()
+    assert (tmp_path / "log.jsonl").read_text().splitlines()[1:] == ['{"algor', json.dumps({"ranks": 1, "start_time":
+                                                                          w.document["start_time"], **ROW, "size": 32})]
+    assert [r["size"] for r in read_results(tmp_path / "log.jsonl")] == [8, 32]
+
+
+def test_the_error_line_names_the_exception_and_where_in_this_project():
+    try:
+        BandwidthMatrix.load("/nonexistent/topo.json")
+    except ValueError as exc:
+        line = ending.describe_exception(exc)
+    assert line.startswith("ValueError: cannot read bandwidth matrix /nonexistent/topo.json: No such file")
+    assert line.endswith(")") and "(topology/matrix.py:" in line
+
+
+@pytest.mark.parametrize("data,message", [
+    ([1, 2], "the file holds a list, not an object with a 'bandwidth_GBps' matrix"),
+    ({"bandwidth_GBps": [[0, 1], [1, 0]], "format": "other"}, "'format' is 'other'"),
+    ({"bandwidth_GBps": [[0, 1], [1, 0]], "version": True}, "'version' is True; this reader knows version 1"),
+    ({"bandwidth_GBps": [[0, 1], [1]]}, "row 1 has 1 entries for 2 rows"),
+    ({"bandwidth_GBps": [[0, None], [1, 0]]}, r"bandwidth_GBps\[0\]\[1\] is null None, not a number"),
+    ({"bandwidth_GBps": [[0, 1], [1, 0]], "latency_us": [[0, 1e8], [1, 0]]},
+     r"latency_us\[0\]\[1\] is 1e\+08, above the largest plausible latency, 1e\+07 us"),
+    ({"bandwidth_GBps": [[0, 1], [1, 0]], "hosts": ["a", 3]}, "'hosts' must be a list of host names; it holds an integer 3"),
+    ({"bandwidth_GBps": [[0, 1], [1, 0]], "measured": []}, "'measured' is a list, not an object"),
+    ({"bandwidth_GBps": []}, "a square matrix with a row per rank"),
+])
+def test_topology_entries_are_checked_one_by_one(data, message):
+    with pytest.raises(ValueError, match=message):
+        BandwidthMatrix.from_json(data)
+
+
+def test_arrays_in_code_meet_the_same_rules():
+    with pytest.raises(ValueError, match="must hold numbers, not bool values"):
+        BandwidthMatrix(np.ones((2, 2), dtype=bool))
+    with pytest.raises(ValueError, match=r"bandwidth_GBps\[1\]\[0\] is 1e\+06, above the largest plausible"):
+        BandwidthMatrix(np.array([[0.0, 1.0], [1e6, 0.0]]))
+    assert BandwidthMatrix(np.array([[7, 1], [2, 7]])).bandwidth.tolist() == [[0.0, 1.0], [2.0, 0.0]]

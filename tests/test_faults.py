@@ -1,0 +1,465 @@
+"""Faults on purpose, under a real mpiexec, each under a timeout: a job ends together.
+
+Signals to mpiexec and to single ranks, ``kill -9``, an error on one rank, settings on one
+rank alone, unwritable and full outputs, bad topology files, sizes that cannot fit, and the
+silent cases. Each case asserts how long the job took to end, its exit code, its message,
+that no rank outlived it, and that the JSON-lines log and the ``-J`` document hold every
+finished row and nothing else. results/reliability.md lists them with measured timings.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, mpiexec
+
+RANKS = 3
+#: a sweep long enough to be cut part way: rows every few tens of milliseconds, then longer
+SWEEP = ["-m", "bench", "-b", "8K", "-e", "64M", "-f", "2", "-n", "40", "-w", "1", "--algo", "ring,tree",
+         "--quiet"]
+SHORT = ["-m", "bench", "-b", "8K", "-e", "64K", "-f", "8", "-n", "3", "-w", "1", "--algo", "ring", "--quiet"]
+END_BOUND = 5.0  # seconds from the fault to the last rank gone
+
+
+def report(**numbers):
+    """Append this case's numbers to $FAULTS_REPORT (JSON lines) when it is set, for
+    tests/scripts/reliability_report.py."""
+    path = os.environ.get("FAULTS_REPORT")
+    if path:
+        case = os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0].split("::")[-1]
+        with open(path, "a") as f:
+            f.write(json.dumps({"case": case, **numbers}) + "\n")
+
+
+def descendants(pid):
+    """Every live process below ``pid`` (the launcher's proxies and the ranks)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                children.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class Job:
+    """One ``mpiexec -n RANKS python ARGS`` (or a whole command) with its output in files."""
+
+    def __init__(self, tmp_path, args, ranks=RANKS, env=None, command=None, umask=None):
+        self.out, self.err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+        command = command or [mpiexec(), "-n", str(ranks), sys.executable, *args]
+        with open(self.out, "w") as out, open(self.err, "w") as err:
+            self.proc = subprocess.Popen(command, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=out,
+                                         stderr=err, start_new_session=True,
+                                         preexec_fn=(lambda: os.umask(umask)) if umask is not None else None)
+        self.started = time.monotonic()
+        self.processes = []
+
+    def stdout(self):
+        return self.out.read_text()
+
+    def stderr(self):
+        return self.err.read_text()
+
+    def wait_until(self, condition, timeout=60):
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                pytest.fail(f"the condition never held (exit {self.proc.returncode})\n{self.stderr()[-2000:]}")
+            time.sleep(0.02)
+        self.processes = descendants(self.proc.pid)
+
+    def rank_pids(self):
+        """{rank: pid} from the table header's "Using devices" lines."""
+        return {int(r): int(p) for r, p in re.findall(r"#\s+Rank\s+(\d+) Group\s+\d+ Pid\s+(\d+)", self.stdout())}
+
+    def end(self, timeout):
+        """(exit code, seconds from the mark) once mpiexec and every process under it are gone."""
+        self.processes = self.processes or descendants(self.proc.pid)
+        mark = time.monotonic()
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            pytest.fail(f"still running {timeout} s later (a hang)\n{self.stderr()[-2000:]}")
+        while any(alive(p) for p in self.processes) and time.monotonic() - mark < timeout:
+            time.sleep(0.02)
+        left = [p for p in self.processes if alive(p)]
+        self.kill()
+        seconds = time.monotonic() - mark
+        report(code=code, seconds_to_end=round(seconds, 3), seconds_in_all=round(time.monotonic() - self.started, 3),
+               outlived=len(left), stderr=self.stderr()[-400:])
+        assert left == [], f"processes outlived mpiexec: {left}"
+        return code, seconds
+
+    def kill(self):
+        for pid in [*descendants(self.proc.pid), self.proc.pid]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait()
+
+
+def table_rows(text):
+    """The table's data rows (size, count, ...) in the order printed."""
+    return [line for line in text.splitlines() if line.strip() and line.split()[0].isdigit()]
+
+
+def lines_of(path):
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def check_results(log, document_path, stdout, exact):
+    """Every log line is one whole row; ``-J`` is valid and not marked complete; the log, the
+    document and the printed table hold the same finished rows (``exact``), or, when the job
+    was cut from another rank than 0 (rank 0 killed while saving a row), the document may lag
+    the log by that one row."""
+    rows = [json.loads(line) for line in lines_of(log)]  # raises on a half-written row
+    document = json.loads(document_path.read_text())
+    keys = [(r["algorithm"], r["size"]) for r in rows]
+    saved = [(r["algorithm"], r["size"]) for r in document["results"]]
+    assert document["allreduce_bench"]["complete"] is False
+    assert len(rows) >= 3, "the fault came after three rows"
+    assert len(set(keys)) == len(keys), "a row logged twice"
+    if exact:
+        assert saved == keys and len(table_rows(stdout)) == len(rows)
+    else:
+        assert keys[:len(saved)] == saved and len(keys) - len(saved) in (0, 1)
+        assert len(table_rows(stdout)) in (len(rows), len(rows) - 1)
+    assert document["out_of_bounds"]["count"] == 0 and all(r["out_of_place"]["nwrong"] == 0 for r in rows)
+    return rows
+
+
+def started_sweep(tmp_path, extra=()):
+    log, document = tmp_path / "sweep.jsonl", tmp_path / "sweep.json"
+    job = Job(tmp_path, [*SWEEP, "--log", str(log), "-J", str(document), *extra])
+    job.wait_until(lambda: len(lines_of(log)) >= 3 and len(job.rank_pids()) == RANKS)
+    return job, log, document
+
+
+# ------------------------------------------------------------------ signals and kills
+
+@pytest.mark.parametrize("target,signum", [("mpiexec", signal.SIGINT), ("mpiexec", signal.SIGTERM),
+                                           (0, signal.SIGINT), (1, signal.SIGINT), (2, signal.SIGTERM)],
+                         ids=["INT-mpiexec", "TERM-mpiexec", "INT-rank0", "INT-rank1", "TERM-rank2"])
+def test_a_signal_ends_every_rank_and_keeps_every_finished_row(tmp_path, target, signum):
+    job, log, document = started_sweep(tmp_path)
+    os.kill(job.proc.pid if target == "mpiexec" else job.rank_pids()[target], signum)
+    code, seconds = job.end(timeout=30)
+    assert code == 128 + signum, job.stderr()
+    assert seconds < END_BOUND
+    who = 0 if target == "mpiexec" else target  # mpiexec forwards the signal to every rank: rank 0 says it
+    assert f"python -m bench: rank {who}: interrupted by {signal.Signals(signum).name}; ending every rank" in job.stderr()
+    assert "Traceback" not in job.stderr()
+    check_results(log, document, job.stdout(), exact=who == 0)
+
+
+def test_kill_9_of_one_rank_ends_the_job(tmp_path):
+    job, log, document = started_sweep(tmp_path)
+    os.kill(job.rank_pids()[1], signal.SIGKILL)
+    code, seconds = job.end(timeout=30)
+    assert code != 0 and seconds < END_BOUND
+    check_results(log, document, job.stdout(), exact=False)
+
+
+# ------------------------------------------------------------------ an error on one rank
+
+@pytest.mark.parametrize("runner", ["run_together", "python -m mpi4py"])
+def test_an_error_on_one_rank_ends_every_rank(tmp_path, runner):
+    """Rank 1 raises in the middle of a loop of all-reduces while the others wait for it in the
+    next one: under algorithms.run_together, and under mpi4py's runner as the README advises."""
+    script = str(ROOT / "tests" / "scripts" / "fail_midway.py")
+    args = [script] if runner == "run_together" else ["-m", "mpi4py", script, "plain"]
+    job = Job(tmp_path, args, env={"FAIL_RANK": "1", "FAIL_AFTER": "20"})
+    code, seconds = job.end(timeout=60)
+    assert code == 1, job.stderr()
+    assert time.monotonic() - job.started < 20
+    if runner == "run_together":
+        line = re.compile(r"^fail_midway: rank 1: RuntimeError: injected failure after 20 calls "
+                          r"\(tests/scripts/fail_midway\.py:\d+\)$", re.M)
+        assert line.search(job.stderr()), job.stderr()
+        assert "Traceback" not in job.stderr()
+    else:
+        assert "RuntimeError: injected failure after 20 calls" in job.stderr()
+
+
+# ------------------------------------------------------------------ outputs
+
+def one_line(text):
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert len(lines) == 1, text
+    return lines[0]
+
+
+@pytest.mark.parametrize("case", ["log-under-a-file", "log-is-a-folder", "json-under-a-file", "json-is-a-folder",
+                                  "same-path"])
+def test_unwritable_outputs_are_refused_before_the_first_size(tmp_path, case):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    log, document = tmp_path / "out" / "sweep.jsonl", tmp_path / "out" / "sweep.json"
+    expected = {"log-under-a-file": f"--log {afile}/x.jsonl: cannot write there: part of its folder is a file",
+                "log-is-a-folder": f"--log {tmp_path}: cannot write there: Is a directory",
+                "json-under-a-file": f"-J {afile}/x.json: cannot write there: part of its folder is a file",
+                "json-is-a-folder": f"-J {tmp_path}: cannot write there: Is a directory",
+                "same-path": f"-J and --log both name {log}; the JSON document would overwrite the log"}[case]
+    if case.startswith("log"):
+        log = afile / "x.jsonl" if case == "log-under-a-file" else tmp_path
+    elif case.startswith("json"):
+        document = afile / "x.json" if case == "json-under-a-file" else tmp_path
+    else:
+        log.parent.mkdir()
+        log.write_text('{"kept": true}\n')
+        document = log
+    job = Job(tmp_path, [*SHORT, "--log", str(log), "-J", str(document)])
+    code, _ = job.end(timeout=60)
+    assert code == 2 and time.monotonic() - job.started < 15
+    assert one_line(job.stderr()) == f"python -m bench: error: {expected}"
+    assert table_rows(job.stdout()) == []
+    if case == "same-path":
+        assert log.read_text() == '{"kept": true}\n'
+
+
+def mount_tmpfs(folder, options):
+    folder.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+
+
+@pytest.fixture
+def mounts(tmp_path):
+    made = []
+    yield made
+    for folder in made:
+        subprocess.run(["umount", "-l", str(folder)])
+
+
+def test_a_read_only_file_system_is_refused(tmp_path, mounts):
+    ro = tmp_path / "ro"
+    mount_tmpfs(ro, "ro,size=1m")
+    mounts.append(ro)
+    job = Job(tmp_path, [*SHORT, "--log", str(ro / "x.jsonl")])
+    code, _ = job.end(timeout=60)
+    assert code == 2
+    assert one_line(job.stderr()) == f"python -m bench: error: --log {ro}/x.jsonl: cannot write there: Read-only file system"
+
+
+def test_a_disk_that_fills_mid_run_ends_every_rank_and_keeps_whole_rows(tmp_path, mounts):
+    full = tmp_path / "full"
+    mount_tmpfs(full, "size=64k")
+    mounts.append(full)
+    log, document = full / "sweep.jsonl", full / "sweep.json"
+    job = Job(tmp_path, ["-m", "bench", "-b", "1024", "-e", "4194304", "-i", "1024", "-n", "2", "-w", "0",
+                         "--algo", "ring", "--quiet", "--log", str(log), "-J", str(document)])
+    code, _ = job.end(timeout=120)
+    assert code == 1, job.stderr()
+    assert re.search(rf"^python -m bench: rank 0: OSError: \[Errno 28\] No space left on device: '{full}/sweep\.jsonl?' "
+                     r"\(bench/results\.py:\d+\)$", job.stderr(), re.M), job.stderr()
+    rows = [json.loads(line) for line in lines_of(log)]  # whole rows only: a cut one was taken back
+    saved = json.loads(document.read_text())["results"]
+    assert len(rows) >= 3 and [r["size"] for r in saved] == [r["size"] for r in rows[:len(saved)]]
+    assert len(rows) - len(saved) in (0, 1)
+
+
+def test_an_append_starts_on_a_fresh_line_and_a_cut_row_is_skipped(tmp_path):
+    from bench.results import read_results
+
+    log = tmp_path / "sweep.jsonl"
+    log.write_text('{"algorithm": "ring", "size": 1, "out_of_place": {}, "in_place": {}}\n{"algorithm": "ri')
+    job = Job(tmp_path, [*SHORT, "--log", str(log)])
+    assert job.end(timeout=60)[0] == 0, job.stderr()
+    lines = lines_of(log)
+    assert lines[1] == '{"algorithm": "ri' and len(lines) == 2 + 2
+    assert [json.loads(line)["size"] for line in lines[2:]] == [8192, 65536]
+    assert [r["size"] for r in read_results(log)] == [1, 8192, 65536]
+
+
+def test_output_files_honour_the_umask(tmp_path):
+    log, document, probe = tmp_path / "sweep.jsonl", tmp_path / "sweep.json", tmp_path / "probe.json"
+    job = Job(tmp_path, [*SHORT, "--log", str(log), "-J", str(document)], umask=0o027)
+    assert job.end(timeout=60)[0] == 0, job.stderr()
+    job = Job(tmp_path, ["-m", "topology", "probe", "-o", str(probe), "-b", "64K", "--reps", "1"], umask=0o027)
+    assert job.end(timeout=60)[0] == 0, job.stderr()
+    assert {p.name: oct(p.stat().st_mode & 0o777) for p in (log, document, probe)} == {
+        "sweep.jsonl": "0o640", "sweep.json": "0o640", "probe.json": "0o640"}
+
+
+def test_json_is_rewritten_after_every_size(tmp_path):
+    """Read while the sweep runs, -J always parses and holds the rows logged so far (the one
+    being saved at that moment aside: the log takes it first)."""
+    job, log, document = started_sweep(tmp_path)
+    seen = set()
+    while len(seen) < 4 and job.proc.poll() is None:
+        logged = len(lines_of(log))
+        saved = len(json.loads(document.read_text())["results"])  # atomic: never half a file
+        assert logged - 1 <= saved <= len(lines_of(log))
+        seen.add(saved)
+        time.sleep(0.01)
+    job.kill()
+    assert len(seen) >= 4
+
+
+# ------------------------------------------------------------------ settings
+
+SETTINGS = {"ALLREDUCE_TRANSPORT": "direct", "ALLREDUCE_CUDA_AWARE": "1", "ALLREDUCE_SEGMENT_BYTES": "65536",
+            "ALLREDUCE_STAGE_BYTES": "4096", "ALLREDUCE_SHM_SLOT_BYTES": "65536", "ALLREDUCE_IPC_SLOT_BYTES": "65536",
+            "ALLREDUCE_SHM_MIN_BYTES": "1024", "ALLREDUCE_SHM_MAX_BYTES": "100", "ALLREDUCE_IPC_MIN_BYTES": "64",
+            "ALLREDUCE_IPC_MAX_BYTES": "4096", "ALLREDUCE_SHM_BY_PAGES": "1"}
+
+
+def test_every_wire_setting_is_listed_here():
+    from algorithms.settings import WIRE
+
+    assert set(SETTINGS) == set(WIRE)
+
+
+@pytest.mark.parametrize("variable", sorted(SETTINGS))
+def test_a_setting_on_one_rank_alone_is_refused_on_every_rank(tmp_path, variable):
+    python = [sys.executable, *SHORT, "--log", "none"]
+    command = [mpiexec(), "-n", "1", "-env", variable, SETTINGS[variable], *python, ":", "-n", str(RANKS - 1), *python]
+    env = {k: v for k, v in os.environ.items() if k != variable}
+    job = Job(tmp_path, None, command=command, env=env)
+    code, _ = job.end(timeout=60)
+    assert code == 2 and time.monotonic() - job.started < 15
+    assert re.fullmatch(rf"python -m bench: error: {variable} differs between ranks: '{SETTINGS[variable]}' on "
+                        rf"rank 0; unset \(default [^)]+\) on ranks 1, 2", one_line(job.stderr())), job.stderr()
+
+
+@pytest.mark.parametrize("variable,value,message", [
+    ("ALLREDUCE_SEGMENT_BYTES", "1", "ALLREDUCE_SEGMENT_BYTES='1' is below its lower bound, 4 KiB"),
+    ("ALLREDUCE_SHM_SLOT_BYTES", "1000", "ALLREDUCE_SHM_SLOT_BYTES=1000 must be a multiple of 64"),
+    ("ALLREDUCE_STAGE_BYTES", "lots", "ALLREDUCE_STAGE_BYTES='lots' must be a positive number of bytes"),
+    ("ALLREDUCE_TRANSPORT", "pigeon", "ALLREDUCE_TRANSPORT='pigeon' is not one of auto, direct, staged, shm")])
+def test_a_bad_setting_is_one_line_and_exit_2(tmp_path, variable, value, message):
+    job = Job(tmp_path, [*SHORT, "--log", "none"], env={variable: value})
+    assert job.end(timeout=60)[0] == 2
+    assert one_line(job.stderr()) == f"python -m bench: error: {message} (on ranks 0, 1, 2)"
+
+
+# ------------------------------------------------------------------ topology files, memory, the silent ones
+
+BAD_TOPOLOGIES = {
+    "not-json": ("{not json", r"is not valid JSON"),
+    "huge-integer": ('{"bandwidth_GBps": [[0, 1%s], [1, 0]]}' % ("0" * 400),
+                     r"bandwidth_GBps\[0\]\[1\] is an integer of 401 digits, too large"),
+    "hosts-a-number": ('{"bandwidth_GBps": [[0, 1], [1, 0]], "hosts": 5}', r"'hosts' must be a list of host names"),
+    "deep-nesting": ("[" * 100000 + "]" * 100000, r"nested too deeply"),
+    "ranks-a-string": ('{"bandwidth_GBps": [[0, 1], [1, 0]], "ranks": "2"}', r"'ranks' is a string '2', not an integer"),
+    "implausible": ('{"bandwidth_GBps": [[0, 1e308], [1, 0]]}',
+                    r"bandwidth_GBps\[0\]\[1\] is 1e\+308, above the largest plausible bandwidth, 100000 GB/s"),
+    "numeric-string": ('{"bandwidth_GBps": [[0, "5"], [1, 0]]}', r"bandwidth_GBps\[0\]\[1\] is a string '5', not a number"),
+    "boolean": ('{"bandwidth_GBps": [[0, true], [1, 0]]}', r"bandwidth_GBps\[0\]\[1\] is a boolean True, not a number"),
+    "infinite": ('{"bandwidth_GBps": [[0, 1e400], [1, 0]]}', r"bandwidth_GBps\[0\]\[1\] is inf, not a finite number"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_TOPOLOGIES))
+def test_a_bad_topology_file_is_one_line_and_exit_2(tmp_path, case):
+    """Under the sweep (bamtree or kmtree: the file is checked before either builds its tree)
+    and under 'topology tree' with every method, the same line."""
+    text, pattern = BAD_TOPOLOGIES[case]
+    path = tmp_path / "topology.json"
+    path.write_text(text)
+    algo = "kmtree" if sorted(BAD_TOPOLOGIES).index(case) % 2 else "bamtree"
+    job = Job(tmp_path, [*SHORT[:-3], "--algo", algo, "--quiet", "--topology", str(path), "--log", "none"], ranks=2)
+    assert job.end(timeout=60)[0] == 2
+    line = one_line(job.stderr())
+    assert line.startswith(f"python -m bench: error: --topology: bandwidth matrix {path}") and re.search(pattern, line), line
+    for method in ("bam", "km", "binomial"):
+        proc = subprocess.run([sys.executable, "-m", "topology", "tree", str(path), "--method", method], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and re.search(pattern, one_line(proc.stderr)), proc.stderr
+
+
+def test_a_size_that_cannot_fit_is_refused_before_allocating(tmp_path):
+    job = Job(tmp_path, ["-m", "bench", "-b", "64G", "-e", "64G", "--algo", "ring", "--log", "none"], ranks=2)
+    assert job.end(timeout=60)[0] == 2 and time.monotonic() - job.started < 15
+    assert re.fullmatch(r"python -m bench: error: the largest size, 68719476736 B, needs 896\.\d GiB on \S+: "
+                        r"2 ranks x 448\.\d GiB each, but \d+\.\d GiB is available there; use a smaller -e, or fewer "
+                        r"ranks per node", one_line(job.stderr())), job.stderr()
+
+
+def test_avg_on_integers_alone_is_an_error(tmp_path):
+    job = Job(tmp_path, [*SHORT, "-o", "avg", "-d", "int32", "--log", "none"])
+    assert job.end(timeout=60)[0] == 2
+    assert one_line(job.stderr()) == ("python -m bench: error: -o avg -d int32 leaves nothing to measure: avg is "
+                                      "defined for floating-point types only (-d half, float, double)")
+
+
+def test_a_timeout_ends_every_rank_with_exit_3(tmp_path):
+    log, document = tmp_path / "sweep.jsonl", tmp_path / "sweep.json"
+    job = Job(tmp_path, [*SHORT, "-T", "1e-6", "--log", str(log), "-J", str(document)])
+    code, _ = job.end(timeout=60)
+    assert code == 3 and time.monotonic() - job.started < 15
+    assert re.search(r"^python -m bench: rank 0: timeout: ring float32 sum 8192 B ran over 1e-06 s \(-T\); "
+                     r"ending every rank$", job.stderr(), re.M), job.stderr()
+    assert table_rows(job.stdout()) == [] and lines_of(log) == []
+    assert json.loads(document.read_text())["results"] == []
+
+
+# ------------------------------------------------------------------ MPICH's leftovers
+
+def shm_files():
+    return {p for p in os.listdir("/dev/shm") if p.startswith("mpich_shm_")}
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers():
+    """The jobs these tests abort leave MPICH's files behind: remove this test's afterwards."""
+    started = int(time.time())
+    yield
+    subprocess.run([str(ROOT / "jobs" / "clean-shm.sh"), str(started), "5"], capture_output=True, timeout=60)
+
+
+def test_the_clean_up_leaves_the_files_of_a_running_job_alone(tmp_path):
+    before = shm_files()
+    job, log, document = started_sweep(tmp_path)
+    mine = shm_files() - before
+    proc = subprocess.run([str(ROOT / "jobs" / "clean-shm.sh"), "0", "0"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and mine and mine <= shm_files(), proc.stdout
+    rows = len(lines_of(log))
+    job.wait_until(lambda: len(lines_of(log)) > rows)  # the job still runs, on its files
+    job.kill()
+
+
+def test_the_job_scripts_remove_the_shared_memory_an_aborted_run_leaves(tmp_path):
+    before = shm_files()
+    job = Job(tmp_path, [*SHORT, "-T", "1e-6", "--log", "none"])
+    assert job.end(timeout=60)[0] == 3
+    left = shm_files() - before
+    for name in left:
+        os.unlink(f"/dev/shm/{name}")
+    assert left, "an aborted run leaves MPICH's files (so the scripts' clean-up has something to do)"
+    env = {"RANKS": "2", "VENV": os.path.dirname(os.path.dirname(sys.executable)), "RESULTS": str(tmp_path / "run"),
+           "MIN_BYTES": "8K", "MAX_BYTES": "64K", "FACTOR": "8", "ITERS": "3", "WARMUP": "1", "ALGOS": "ring"}
+    before = shm_files()
+    proc = subprocess.run(["bash", str(ROOT / "jobs/slurm/cpu-sweep.sbatch"), "-T", "1e-6"], cwd=ROOT,
+                          env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 3, proc.stderr
+    assert "clean-shm: removed /dev/shm/mpich_shm_" in proc.stderr
+    assert shm_files() - before == set()
