@@ -32,7 +32,7 @@ def report(**numbers):
     tests/scripts/reliability_report.py."""
     path = os.environ.get("FAULTS_REPORT")
     if path:
-        case = os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0].split("::")[-1]
+        case = os.environ.get("PYTEST_CURRENT_TEST", "? (call)").rsplit(" ", 1)[0].split("::")[-1]
         with open(path, "a") as f:
             f.write(json.dumps({"case": case, **numbers}) + "\n")
 
@@ -354,7 +354,8 @@ def test_a_setting_on_one_rank_alone_is_refused_on_every_rank(tmp_path, variable
     ("ALLREDUCE_SEGMENT_BYTES", "1", "ALLREDUCE_SEGMENT_BYTES='1' is below its lower bound, 4 KiB"),
     ("ALLREDUCE_SHM_SLOT_BYTES", "1000", "ALLREDUCE_SHM_SLOT_BYTES=1000 must be a multiple of 64"),
     ("ALLREDUCE_STAGE_BYTES", "lots", "ALLREDUCE_STAGE_BYTES='lots' must be a positive number of bytes"),
-    ("ALLREDUCE_TRANSPORT", "pigeon", "ALLREDUCE_TRANSPORT='pigeon' is not one of auto, direct, staged, shm")])
+    ("ALLREDUCE_TRANSPORT", "pigeon", "ALLREDUCE_TRANSPORT='pigeon' is not one of auto, direct, staged, shm")],
+    ids=["segment-too-small", "slot-not-a-multiple", "stage-not-a-number", "transport-unknown"])
 def test_a_bad_setting_is_one_line_and_exit_2(tmp_path, variable, value, message):
     job = Job(tmp_path, [*SHORT, "--log", "none"], env={variable: value})
     assert job.end(timeout=60)[0] == 2
