@@ -20,6 +20,7 @@ import numpy as np
 
 from topology import BandwidthMatrix, build_tree, random_heterogeneous, seed_example
 from topology.files import write_json_atomically, write_text_atomically
+from topology.probe import PERCENTILE
 
 from ..machine import describe
 from ..model import Model
@@ -162,7 +163,7 @@ def summary_markdown(records, machine, seconds):
     for rec in records:
         errors = [abs(l["error"]) for l in rec["links"]]
         lines += [f"## {rec['name']}: {rec['description']}", "",
-                  f"Probe ({rec['probe']['bytes'] // MIB} MiB, median of {rec['probe']['reps']}): "
+                  f"Probe ({rec['probe']['bytes'] // MIB} MiB, {PERCENTILE}th percentile of {rec['probe']['reps']}): "
                   f"{len(errors)} directed links, mean |error| {np.mean(errors):.1%}, worst {max(errors):.1%}. "
                   f"HTB counters: {'every shaped class carried the probe' if rec['htb']['ok'] else 'classes short: ' + str(rec['htb']['classes_short'])}.",
                   "", "| tree (from the probe) | levels | per-level bottleneck (Mbit/s) |", "|---|---|---|"]
