@@ -1,5 +1,6 @@
-"""Run the fault suite (tests/test_faults.py) several times and write results/reliability.md:
-every case with its outcome in each run and how long the job took to end.
+"""Run the fault suite (tests/test_faults.py, and the probe's fault cases in tests/test_probe.py)
+several times and write results/reliability.md: every case with its outcome in each run and
+how long the job took to end.
 
     .venv/bin/python tests/scripts/reliability_report.py [--runs 5] [-o results/reliability]
 
@@ -25,12 +26,16 @@ from bench.machine import describe  # noqa: E402
 from topology.files import write_json_atomically, write_text_atomically  # noqa: E402
 
 
+#: the fault cases: the whole fault suite, and the probe under load and with impossible figures
+SUITES = ["tests/test_faults.py", "tests/test_probe.py::test_under_load_no_link_exceeds_the_copy_bandwidth",
+          "tests/test_probe.py::test_an_impossible_figure_is_measured_again_then_flagged"]
+
+
 def one_run(folder, number):
     """{case: {"outcome", "seconds" (pytest's), "ends": [numbers of each job]}} of one run."""
     numbers, junit = os.path.join(folder, f"numbers{number}.jsonl"), os.path.join(folder, f"junit{number}.xml")
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_faults.py",
-                    f"--junitxml={junit}"], cwd=ROOT, env={**os.environ, "FAULTS_REPORT": numbers},
-                   stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *SUITES, f"--junitxml={junit}"],
+                   cwd=ROOT, env={**os.environ, "FAULTS_REPORT": numbers}, stdout=subprocess.DEVNULL)
     cases = {}
     for case in ElementTree.parse(junit).getroot().iter("testcase"):
         outcome = "failed" if case.find("failure") is not None or case.find("error") is not None else (
@@ -53,8 +58,9 @@ def markdown(data, notes):
              f"{len(runs)} times (`tests/scripts/reliability_report.py`); each case is a real `mpiexec` job.", "",
              "*End* is the time from the fault (the signal, the kill) to the last rank gone, or, where "
              "the fault is inside the job (an error, a setting, a file), the whole job from its start; "
-             "*exit* is mpiexec's status (a case may run more than one job).", "",
-             "| case | outcome | exit | end (s): min / median / max |", "|---|---|---|---|"]
+             "*exit* is mpiexec's status (a case may run more than one job); *test* is the whole test's "
+             "median time.", "",
+             "| case | outcome | exit | end (s): min / median / max | test (s) |", "|---|---|---|---|---:|"]
     for name in names:
         outcomes = collections.Counter(run.get(name, {}).get("outcome", "missing") for run in runs)
         ends = [e for run in runs for e in run.get(name, {}).get("ends", [])]
@@ -62,7 +68,8 @@ def markdown(data, notes):
         seconds = [e["seconds_to_end"] for e in ends]
         timing = f"{min(seconds):.2f} / {statistics.median(seconds):.2f} / {max(seconds):.2f}" if seconds else ""
         verdict = ", ".join(f"{k} {v}/{len(runs)}" for k, v in outcomes.items())
-        lines.append(f"| `{name}` | {verdict} | {codes} | {timing} |")
+        test = statistics.median(run[name]["seconds"] for run in runs if name in run)
+        lines.append(f"| `{name}` | {verdict} | {codes} | {timing} | {test:.1f} |")
     lines.append("")
     return "\n".join(lines) + ("\n" + notes if notes else "")
 
