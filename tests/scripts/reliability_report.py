@@ -54,8 +54,9 @@ def markdown(data, notes):
     names = list(runs[0])
     lines = ["# Reliability: faults on purpose", "",
              f"{data['date']}, commit {data['machine']['commit']}, {data['machine']['mpi']}, "
-             f"{data['machine']['cpu']}, {data['machine']['cores']} cores. `tests/test_faults.py` run "
-             f"{len(runs)} times (`tests/scripts/reliability_report.py`); each case is a real `mpiexec` job.", "",
+             f"{data['machine']['cpu']}, {data['machine']['cores']} cores. The fault cases "
+             f"(`tests/test_faults.py`, and the probe's in `tests/test_probe.py`) run {len(runs)} times "
+             "(`tests/scripts/reliability_report.py`); each case is a real `mpiexec` job.", "",
              "*End* is the time from the fault (the signal, the kill) to the last rank gone, or, where "
              "the fault is inside the job (an error, a setting, a file), the whole job from its start; "
              "*exit* is mpiexec's status (a case may run more than one job); *test* is the whole test's "
