@@ -13,7 +13,9 @@ between bytecodes, so Ctrl-C never reaches a rank blocked inside an MPI call. Un
   thread waits in MPI;
 * :func:`end_job` does the same for any other reason (the driver's ``-T`` timeout);
 * what runs inside :func:`uncut` (a result being printed, logged and saved) finishes before
-  this rank ends the job (up to :data:`UNCUT_WAIT` seconds), so its files agree.
+  this rank ends the job (up to :data:`UNCUT_WAIT` seconds), so its files agree;
+* :func:`fail_together` turns a problem found on some ranks before any work into one line
+  and exit 2 on every rank.
 
 Rank 0 aborts at once, every other rank after :data:`GRACE` seconds: when all ranks fail
 alike (a signal forwarded to every rank, the same error everywhere), rank 0's abort ends the
@@ -133,6 +135,17 @@ def watch_signals(prog):
     for number in SIGNALS:
         signal.signal(number, _nothing)
     threading.Thread(target=_watch, args=(read_fd, prog), name="end-together", daemon=True).start()
+
+
+def fail_together(comm, prog, problem):
+    """True on every rank of ``comm`` when any rank has a ``problem`` (text, else None), after
+    rank 0 printed the first one as ``PROG: error: ...``: a problem found before any work
+    (collective), for every rank to return exit 2 alike."""
+    found = next((p for p in comm.allgather(problem) if p), None)
+    if found and comm.Get_rank() == 0:
+        sys.stderr.write(f"{prog}: error: {found}\n")
+        sys.stderr.flush()
+    return found is not None
 
 
 def run_together(main, prog):

@@ -23,7 +23,7 @@ import numpy as np
 from mpi4py import MPI
 
 import algorithms
-from algorithms.ending import end_job, uncut
+from algorithms.ending import end_job, fail_together, uncut
 from algorithms.settings import agree_settings
 from topology import BandwidthMatrix
 
@@ -34,7 +34,6 @@ from .memory import bytes_needed, check_memory
 from .report import COLUMNS, PER_ITER_COLUMNS, TYPE_NAMES, bandwidths, footer, row
 from .results import ResultsWriter, bool_text
 from .sizes import parse_size, sweep
-from .startup import fail_together
 from .timing import AGGREGATIONS, aggregate, iteration_stats, time_calls
 
 PROG = "python -m bench"

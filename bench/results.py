@@ -18,7 +18,7 @@ import datetime
 import json
 import os
 
-from topology.files import write_json_atomically
+from topology.files import cannot_write, write_json_atomically
 
 JSON_VERSION = 3  # nccl-tests' JSON_FILE_VERSION
 
@@ -57,13 +57,13 @@ class ResultsWriter:
             try:
                 self._log = _open_log(log_path)
             except OSError as exc:
-                raise ValueError(f"--log {log_path}: cannot write there: {_reason(exc)}") from None
+                raise ValueError(f"--log {cannot_write(log_path, exc)}") from None
         if json_path:
             try:
                 self._write_json()
             except OSError as exc:
                 self.close()
-                raise ValueError(f"-J {json_path}: cannot write there: {_reason(exc)}") from None
+                raise ValueError(f"-J {cannot_write(json_path, exc)}") from None
 
     def add(self, record):
         """Log ``record`` (one finished size of one algorithm) and rewrite ``-J`` with it;
@@ -118,13 +118,6 @@ def _naming(path):
         yield
     except OSError as exc:
         raise OSError(exc.errno, exc.strerror, path) from None
-
-
-def _reason(exc):
-    """Why a path cannot be written, in words."""
-    if isinstance(exc, (FileExistsError, NotADirectoryError)):
-        return "part of its folder is a file"
-    return exc.strerror or str(exc)
 
 
 def _mean(values):

@@ -244,6 +244,22 @@ def test_unwritable_outputs_are_refused_before_the_first_size(tmp_path, case):
         assert log.read_text() == '{"kept": true}\n'
 
 
+def test_the_probe_and_perf_refuse_before_measuring(tmp_path):
+    """The other MPI tools check what they will write, and the settings, first."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    job = Job(tmp_path, ["-m", "topology", "probe", "-o", str(afile / "p.json")])
+    assert job.end(timeout=60)[0] == 2 and time.monotonic() - job.started < 15
+    assert one_line(job.stderr()) == f"python -m topology probe: error: -o {afile}/p.json: cannot write there: part of its folder is a file"
+    job = Job(tmp_path, ["-m", "bench", "perf", "-o", str(afile / "perf")])
+    assert job.end(timeout=60)[0] == 2
+    assert one_line(job.stderr()) == f"python -m bench perf: error: {afile}/perf.json: cannot write there: part of its folder is a file"
+    job = Job(tmp_path, ["-m", "bench", "perf"], env={"ALLREDUCE_SHM_SLOT_BYTES": "100"})
+    assert job.end(timeout=60)[0] == 2
+    assert one_line(job.stderr()) == ("python -m bench perf: error: ALLREDUCE_SHM_SLOT_BYTES='100' is below its lower "
+                                      "bound, 256 B (on ranks 0, 1, 2)")
+
+
 def mount_tmpfs(folder, options):
     folder.mkdir()
     proc = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True, text=True)

@@ -67,7 +67,9 @@ def probe_command(args):
     """Check that ``-o`` can be written (rank 0, before measuring), probe, write the file."""
     from mpi4py import MPI
 
-    from .files import check_writable
+    from algorithms.ending import fail_together
+
+    from .files import cannot_write, check_writable
     from .probe import probe, stderr_progress
 
     comm = MPI.COMM_WORLD
@@ -76,11 +78,8 @@ def probe_command(args):
         try:
             check_writable(args.output)
         except OSError as exc:
-            problem = f"-o {args.output}: cannot write there: {exc.strerror or exc}"
-    problem = comm.bcast(problem, root=0)
-    if problem:
-        if comm.Get_rank() == 0:
-            print(f"python -m topology probe: error: {problem}", file=sys.stderr)
+            problem = f"-o {cannot_write(args.output, exc)}"
+    if fail_together(comm, "python -m topology probe", problem):
         return 2
     matrix = probe(comm, args.bytes, args.reps, args.warmup, args.mode, stderr_progress, stderr_progress)
     if comm.Get_rank() == 0:

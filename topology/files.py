@@ -44,6 +44,15 @@ def check_writable(path):
     os.unlink(tmp)
 
 
+def cannot_write(path, exc):
+    """One line saying why ``path`` cannot be written (``exc`` the ``OSError``)."""
+    if isinstance(exc, (FileExistsError, NotADirectoryError)):
+        reason = "part of its folder is a file"
+    else:
+        reason = exc.strerror or str(exc)
+    return f"{path}: cannot write there: {reason}"
+
+
 def write_json_atomically(path, data):
     """``data`` as indented JSON, written atomically."""
     write_text_atomically(path, json.dumps(data, indent=1) + "\n")
