@@ -1,4 +1,4 @@
-"""Parameter server (seed 000 section 2): every rank sends its vector to the root,
+"""Parameter server: every rank sends its vector to the root,
 the root reduces the N-1 vectors it receives and sends the result back to each.
 
 The root moves 2(N-1)M bytes, so T ~ 2(N-1)(alpha + M/beta). Workers send in

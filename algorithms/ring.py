@@ -1,4 +1,4 @@
-"""Ring all-reduce (seed 000 section 3): reduce-scatter then all-gather, N-1 steps each.
+"""Ring all-reduce: reduce-scatter then all-gather, N-1 steps each.
 
 Chunk layout: a vector of ``count`` elements is cut into N contiguous chunks;
 chunk i is ``[offsets[i], offsets[i+1])`` with ``offsets`` from

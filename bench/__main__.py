@@ -1,4 +1,5 @@
-"""``python -m bench`` runs the sweep; ``python -m bench bound|compare|model|perf|plot|scaling ...`` the tools.
+"""``python -m bench`` runs the sweep; ``python -m bench NAME ...`` the tools (bench/options.py's
+SUBCOMMANDS lists them, and ``python -m bench --help`` shows them).
 
 The sweep and ``perf`` run under mpiexec, so they run together
 (:func:`algorithms.ending.run_together`): an error or a signal on one rank ends every rank.
@@ -7,8 +8,8 @@ The sweep and ``perf`` run under mpiexec, so they run together
 import importlib
 import sys
 
-TOOLS = {"bound": "bench.bound", "compare": "bench.compare", "model": "bench.model", "perf": "bench.perf", "plot": "bench.plot",
-         "scaling": "bench.scaling"}
+TOOLS = {"bound": "bench.bound", "compare": "bench.compare", "model": "bench.model", "perf": "bench.perf",
+         "plot": "bench.plot", "scaling": "bench.scaling", "treebuild": "bench.treebuild", "lab": "bench.lab.__main__"}
 UNDER_MPI = {"perf"}  # tools run on every rank of an MPI job, besides the sweep
 
 

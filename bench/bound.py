@@ -1,4 +1,4 @@
-"""``python -m bench bound``: what compiled 2-rank rings and trees reach against a lone copy (issue 6).
+"""``python -m bench bound``: what compiled 2-rank rings and trees reach against a lone copy of the same size.
 
 Builds ``bench/probes/ring_bound.c`` with the C compiler (``$CC``, else ``cc``;
 ``-O2 -march=native``, x86-64) and runs it for each size: two processes, each
@@ -129,13 +129,16 @@ def markdown(data):
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench bound", description=__doc__.splitlines()[0])
-    p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("16M"))
-    p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("256M"))
-    p.add_argument("-f", "--stepfactor", type=int, default=2)
+    p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("16M"),
+                   help="smallest vector, in bytes; K, M, G are powers of 1024 (default 16M)")
+    p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("256M"),
+                   help="largest vector, in bytes; K, M, G are powers of 1024 (default 256M)")
+    p.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplier between sizes (default 2)")
     p.add_argument("--piece", type=parse_size, default=parse_size("256K"),
-                   help="bytes reduced at a time (a multiple of 64 that divides half of every size)")
-    p.add_argument("--repeats", type=int, default=9, help="repetitions per size (1-101)")
-    p.add_argument("-o", "--output", default="results/ring-bound-cpu", help="FILE prefix (.json, .md)")
+                   help="bytes reduced at a time, a multiple of 64 that divides half of every size (default 256K)")
+    p.add_argument("--repeats", type=int, default=9, help="repetitions per size, 1 to 101 (default 9)")
+    p.add_argument("-o", "--output", default="results/ring-bound-cpu",
+                   help="FILE prefix: writes FILE.json and FILE.md (default results/ring-bound-cpu)")
     args = p.parse_args(argv)
     try:
         sizes = sweep(args.minbytes, args.maxbytes, args.stepfactor)

@@ -76,7 +76,7 @@ def check_correctness(comm, xp, tree_options, largest):
 def time_call(comm, xp, call, nbytes):
     """Seconds per call (slowest rank), after one warm-up, iterations scaled to the size."""
     iters = max(2, min(20, (256 << 20) // max(nbytes, 1)))
-    seconds = time_calls(comm, call, iters, 1, settle=lambda: stream_synchronize(xp))
+    seconds = time_calls(comm, call, iters, 1, settle=lambda: stream_synchronize(xp))[0]
     return comm.allreduce(seconds, op=MPI.MAX)
 
 
@@ -115,7 +115,7 @@ def copy_bandwidths(xp, sizes):
 def _copy_rate(xp, copy, nbytes):
     """GB/s of ``copy`` on this rank alone."""
     iters = max(2, min(50, (1 << 30) // nbytes))
-    return nbytes / time_calls(MPI.COMM_SELF, copy, iters, 1, settle=lambda: stream_synchronize(xp)) / 1e9
+    return nbytes / time_calls(MPI.COMM_SELF, copy, iters, 1, settle=lambda: stream_synchronize(xp))[0] / 1e9
 
 
 def transports_to_try(device):
@@ -227,14 +227,19 @@ def markdown(data):
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench.gpu_check", description=__doc__.split("\n\n")[0])
-    p.add_argument("--part", help="run under mpiexec; rank 0 writes this rank count's results here")
-    p.add_argument("--merge", nargs="+", metavar="PART", help="merge parts into -o PREFIX.json/.md")
-    p.add_argument("-o", "--output", help="PREFIX of the merged .json and .md")
-    p.add_argument("--device", choices=("gpu", "cpu"), default="gpu")
-    p.add_argument("--min-bytes", type=parse_size, default=parse_size("1M"))
-    p.add_argument("--max-bytes", type=parse_size, default=parse_size("1G"))
+    p.add_argument("--part",
+                   help="run under mpiexec; rank 0 writes this rank count's results to this file (no default)")
+    p.add_argument("--merge", nargs="+", metavar="PART", help="merge parts into -o PREFIX.json/.md (no default)")
+    p.add_argument("-o", "--output",
+                   help="prefix of the merged OUTPUT.json and OUTPUT.md (no default: needed with --merge)")
+    p.add_argument("--device", choices=("gpu", "cpu"), default="gpu",
+                   help="gpu: CuPy device buffers; cpu: NumPy buffers, to test the check itself (default gpu)")
+    p.add_argument("--min-bytes", type=parse_size, default=parse_size("1M"),
+                   help="smallest size of the busbw sweep, in bytes; K, M, G are powers of 1024 (default 1M)")
+    p.add_argument("--max-bytes", type=parse_size, default=parse_size("1G"),
+                   help="largest size of the busbw sweep, in bytes; K, M, G are powers of 1024 (default 1G)")
     p.add_argument("--largest-count", type=int, default=1_000_003,
-                   help="the largest vector of the correctness check, in elements")
+                   help="the largest vector of the correctness check, in elements (default 1000003)")
     args = p.parse_args(argv)
     if bool(args.part) == bool(args.merge) or (args.merge and not args.output):
         p.error("give --part FILE (under mpiexec), or --merge PART... -o PREFIX")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The prepared GPU check (issue 8; bench/gpu_check.py): correctness and busbw of every
+# The prepared GPU check (bench/gpu_check.py): correctness and busbw of every
 # algorithm and transport on CuPy buffers with 2 and 4 ranks (sharing the GPUs there are),
 # NCCL where every rank has its own GPU, and the device copy bandwidth as the reference.
 # Writes OUTPUT.json and OUTPUT.md (default results/gpu-<gpu name>) from the rank counts

@@ -55,3 +55,18 @@ def describe():
         "env": relevant_env(),
         "transparent_hugepages": thp_mode(),
     }
+
+
+def oversubscription(comm):
+    """"R ranks on C cores of HOST" for the first node whose ranks outnumber the cores they may
+    run on (the union of their CPU affinities), else None; the same on every rank (collective).
+    Timings from such a node measure the operating system's scheduler, not the algorithms."""
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        cores = set().union(*node.allgather(os.sched_getaffinity(0)))
+        ranks = node.Get_size()
+    finally:
+        node.Free()
+    found = comm.allgather(f"{ranks} ranks on {len(cores)} cores of {socket.gethostname()}"
+                           if ranks > len(cores) else None)
+    return next((text for text in found if text), None)

@@ -9,7 +9,8 @@ at 256 MiB on 2 ranks: 6.5 M + 90 MiB for float32, 7.2 M for int8, 11.5 M with `
 peak resident memory per rank). Every rank of a node draws on that node's memory: the driver refuses, with
 the numbers, when the node's ranks together need more than the memory available there
 (``MemAvailable``, or what the cgroup limit leaves, whichever is less), instead of
-dying by the kernel's out-of-memory killer part way.
+dying by the kernel's out-of-memory killer part way. With ``-M 1`` the driver prints what the
+ranks held (:func:`usage_line`), as nccl-tests prints its GPU memory usage.
 """
 
 import os
@@ -82,3 +83,56 @@ def check_memory(comm, need, what):
 
 def _gib(nbytes):
     return f"{nbytes / (1 << 30):.1f} GiB"
+
+
+# ---- -M: what the ranks held, as nccl-tests' memory-usage line ----
+
+def _status(field):
+    """A ``/proc/self/status`` field in bytes (VmRSS, VmHWM), or 0 where there is none."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def resident_bytes():
+    return _status("VmRSS")
+
+
+def reset_peak():
+    """Start a new peak resident memory (VmHWM) from now (Linux: ``clear_refs`` 5)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def peak_bytes():
+    return _status("VmHWM")
+
+
+def memory_text(nbytes):
+    """nccl-tests' memory figures: B, KB, MB or GB (powers of 1024) with 2, 1 or 0 decimals."""
+    amount, unit = float(nbytes), "B"
+    for name, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if abs(amount) >= scale:
+            amount, unit = amount / scale, name
+            break
+    decimals = 2 if abs(amount) < 10 else 1 if abs(amount) < 100 else 0
+    return f"{amount:.{decimals}f} {unit}"
+
+
+def usage_line(comm, before, user):
+    """``# Host memory usage : ...`` (collective): what the ranks held before the sweep
+    (``before``), the driver's own vectors (``user``), the rest up to the peak since
+    :func:`reset_peak` (the algorithms' workspace, shared windows, MPI's buffers), and that
+    peak, each the maximum over ranks."""
+    before, user, peak = (comm.allreduce(v, op=MPI.MAX) for v in (before, user, peak_bytes()))
+    rest = max(0, peak - before - user)
+    return (f"# {'Host memory usage':<20} : Initialization {memory_text(before)} | User-Allocated "
+            f"{memory_text(user)} | Collective {memory_text(rest)} | Total  {memory_text(peak)}")

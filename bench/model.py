@@ -1,37 +1,43 @@
-"""``python -m bench model``: the alpha-beta model of seed 000 for every algorithm.
+"""``python -m bench model``: predicted all-reduce time and busbw of every algorithm in the alpha-beta model.
 
-alpha is a message's start-up time, beta a link's bandwidth, M the bytes per rank:
+One row per size and algorithm: the model's time and busbw, and with ``--results`` the
+measured ones beside them and each measured busbw over native MPI's (``mpi``). Below the
+table: where ring overtakes the binomial tree, and each tree's levels and slowest links.
+
+alpha is a message's start-up time, beta a link's bandwidth, M the bytes per rank, N ranks:
   ps        the workers stream their vectors to the root at once, in S segments, and the
             root sends the result back to one worker after another:
             max over workers (S alpha_w0 + M/beta_w0) + sum over workers (alpha_0w + M/beta_0w).
-            Behind one root link (the seed's setting) both halves serialise instead:
+            Behind a single link into the root both halves serialise instead:
             2(N-1)(alpha + M/beta); the links here are independent, as in a probe matrix.
   ring      2(N-1) steps, each as slow as the slowest ring link:
             2(N-1)(alpha_max + M/(N beta_min)) ~ 2(N-1)alpha + 2(N-1)/N M/beta
   tree      (binomial), bamtree, kmtree, pipelined in S = ceil(M / segment) segments of
-            s = M/S bytes (``algorithms.layout``): t_l = alpha_l + s/beta_l for level l's
+            s = M/S bytes (algorithms.layout): t_l = alpha_l + s/beta_l for level l's
             slowest pair; fill the pipeline up and down, then one segment per t_max:
             2 sum over levels t_l + (S-1) max_l t_l  (S = 1: sum over levels 2(alpha + M/beta))
-  dbtree    two binary trees (``topology.double_binary_trees``), each carrying M/2 in S segments
+  dbtree    two binary trees (topology.double_binary_trees), each carrying M/2 in S segments
             of s bytes, one segment per tree and step on each of its links, both directions:
             S + 2H - 1 steps (H the taller tree's height), each as slow as the busiest
             directed link: the sum of alpha + s/beta over the trees using it
   rd        recursive doubling: per step the slowest pair exchanging M, log2 p steps
             (p the largest power of two <= N), plus the fold in and out when N > p
-With a probe file, alpha and beta are per link (beta of a tree edge is its slower
-direction); without one, ``--alpha-us`` and ``--beta-GBps`` describe uniform links.
+busbw = M / time x 2(N-1)/N, as nccl-tests reports it. With a probe file (--topology),
+alpha and beta are per link (beta of a tree edge is its slower direction); without one,
+--ranks, --alpha-us and --beta-GBps describe uniform links.
 """
 
 import argparse
 import math
 import sys
 
-
 from algorithms.layout import SEGMENT_BYTES
 from topology import BandwidthMatrix, build_tree, double_binary_trees, uniform
 
+from .compare import NATIVE
 from .results import read_results
 from .sizes import parse_size, sweep
+from .tables import comment, description, epilog, plural, ratio_text, significant, size_label, table
 
 ALGORITHMS = ("ps", "ring", "tree", "bamtree", "kmtree", "dbtree", "rd")
 _TREE_METHODS = {"tree": "binomial", "bamtree": "bam", "kmtree": "km"}
@@ -132,23 +138,84 @@ class Model:
         return int(math.ceil(hi))
 
 
-def ring_seed_check(n=8, nbytes=14e9, beta_GBps=400, alpha_us=10):
-    """The seed's worked example: (volume per rank in bytes, bandwidth term s, latency term s)."""
+def ring_worked_example(n=8, nbytes=14e9, beta_GBps=400, alpha_us=10):
+    """The ring's worked example of 8 ranks with 14 GB at 400 GB/s and 10 us: (volume per
+    rank in bytes, bandwidth term s, latency term s)."""
     volume = 2 * (n - 1) / n * nbytes
     return volume, volume / (beta_GBps * 1e9), 2 * (n - 1) * alpha_us * 1e-6
 
 
+def measured_rows(paths):
+    """{(algorithm, size): out-of-place dict (time us, bus_bw GB/s)} of our all-reduce rows in
+    ``paths``, and the rank counts they ran on; ``ValueError`` for a file without any."""
+    measured, ranks = {}, set()
+    for path in paths:
+        rows = [r for r in read_results(path) if r.get("collective", "allreduce") == "allreduce"
+                and isinstance(r.get("out_of_place"), dict) and "algorithm" in r]
+        if not rows:
+            raise ValueError(f"--results {path}: no all-reduce rows of python -m bench (-J or --log)")
+        for r in rows:
+            measured[(r["algorithm"], r["size"])] = r["out_of_place"]
+            ranks.update([r["ranks"]] if "ranks" in r else [])
+    return measured, ranks
+
+
+def model_table(model, algos, sizes, measured):
+    """Cells per size and algorithm: predicted time and busbw; with ``measured`` also the
+    measured ones and the measured busbw over native MPI's (which gets a row of its own)."""
+    rows = []
+    for size in sizes:
+        native = measured.get((NATIVE, size), {}).get("bus_bw")
+        for a in algos + ([NATIVE] if native is not None else []):
+            row = [size_label(size), a]
+            if a == NATIVE:
+                row += ["-", "-"]  # not modelled
+            else:
+                row += [significant(model.time(a, size) * 1e6), significant(model.busbw(a, size))]
+            seen = measured.get((a, size))
+            if seen:
+                row += [significant(seen["time"]), significant(seen["bus_bw"]),
+                        ratio_text(seen["bus_bw"] / native) if native else "-"]
+            elif measured:
+                row += ["-", "-", "-"]
+            rows.append(row)
+    return rows
+
+
+def notes(model, algos):
+    """The comment lines after the table: ring against the binomial tree, each tree's levels."""
+    lines = []
+    if "ring" in algos and "tree" in algos:
+        cross = model.crossover("ring", "tree")
+        lines.append(f"ring overtakes the binomial tree from {size_label(cross)}" if cross else
+                     "ring never overtakes the binomial tree on these links")
+    for a in algos:
+        if a in _TREE_METHODS:
+            tree = model.tree(a)
+            lines.append(f"{a}: {plural(tree.depth(), 'level')}, "
+                         f"{'bottleneck' if len(tree.bottlenecks) == 1 else 'bottlenecks'} (GB/s) "
+                         + ", ".join(f"{b:.2f}" for b in tree.bottlenecks))
+    return [comment(line) for line in lines]
+
+
 def main(argv):
-    p = argparse.ArgumentParser(prog="python -m bench model", description=__doc__.splitlines()[0])
-    p.add_argument("--topology", help="a probe file: per-link alpha and beta")
-    p.add_argument("--ranks", type=int, help="rank count for uniform links (without --topology)")
-    p.add_argument("--alpha-us", type=float, default=5.0, help="uniform start-up time (default 5 us)")
-    p.add_argument("--beta-GBps", type=float, default=10.0, help="uniform link bandwidth (default 10 GB/s)")
-    p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("8"))
-    p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("256M"))
-    p.add_argument("-f", "--stepfactor", type=int, default=4)
-    p.add_argument("--algo", default=",".join(ALGORITHMS))
-    p.add_argument("--results", nargs="*", default=[], help="our results files: measured beside predicted")
+    p = argparse.ArgumentParser(prog="python -m bench model", description=description(__doc__),
+                                epilog=epilog(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--topology", metavar="FILE",
+                   help="a probe file (python -m topology probe): per-link alpha and beta (default: uniform links)")
+    p.add_argument("--ranks", type=int, help="rank count for uniform links (no default: needed without --topology)")
+    p.add_argument("--alpha-us", type=float, default=5.0, help="uniform start-up time, in us (default 5)")
+    p.add_argument("--beta-GBps", type=float, default=10.0, help="uniform link bandwidth, in GB/s (default 10)")
+    p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("8"), metavar="SIZE",
+                   help="smallest message, in bytes; K, M, G are powers of 1024 (default 8)")
+    p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("256M"), metavar="SIZE",
+                   help="largest message, in bytes; K, M, G are powers of 1024 (default 256M)")
+    p.add_argument("-f", "--stepfactor", type=int, default=4, help="size multiplier between rows (default 4)")
+    p.add_argument("--algo", default=",".join(ALGORITHMS),
+                   help=f"comma list of algorithms to model (default {','.join(ALGORITHMS)})")
+    p.add_argument("--results", nargs="*", default=[], metavar="FILE",
+                   help="our -J documents or JSON-lines logs: measured time and busbw beside the model, "
+                        "and the ratio to native MPI (default: none)")
     args = p.parse_args(argv)
     try:
         if args.topology:
@@ -162,11 +229,7 @@ def main(argv):
         if bad:
             raise ValueError(f"unknown --algo {','.join(bad)}; choices: {','.join(ALGORITHMS)}")
         sizes = sweep(args.minbytes, args.maxbytes, args.stepfactor)
-        measured = {}
-        for path in args.results:
-            for r in read_results(path):
-                if r.get("collective", "allreduce") == "allreduce":
-                    measured[(r["algorithm"], r["size"])] = r["out_of_place"]["time"]
+        measured, measured_ranks = measured_rows(args.results)
         model = Model(matrix)
         for a in algos:
             if a in _TREE_METHODS:
@@ -174,26 +237,24 @@ def main(argv):
     except (ValueError, OSError) as exc:
         print(f"python -m bench model: {exc}", file=sys.stderr)
         return 2
-    source = f"links of {args.topology}" if args.topology else \
-        f"uniform links, alpha {args.alpha_us:g} us, beta {args.beta_GBps:g} GB/s"
-    print(f"# alpha-beta model, {model.n} ranks, {source}")
-    print(f"# predicted time (us) and busbw (GB/s){'; measured time (us) in brackets' if measured else ''}")
-    print(f"{'size (B)':>12}" + "".join(f"  {a + ' us':>18}  {'GB/s':>7}" for a in algos))
-    for size in sizes:
-        line = f"{size:12d}"
-        for a in algos:
-            t = model.time(a, size) * 1e6
-            seen = measured.get((a, size))
-            text = f"{t:.2f}" + (f" [{seen:.1f}]" if seen is not None else "")
-            line += f"  {text:>18}  {model.busbw(a, size):7.2f}"
-        print(line)
-    if "ring" in algos and "tree" in algos:
-        cross = model.crossover("ring", "tree")
-        print(f"# ring overtakes the binomial tree from {cross} bytes" if cross else
-              "# ring never overtakes the binomial tree on these links")
-    for a in algos:
-        if a in _TREE_METHODS:
-            tree = model.tree(a)
-            print(f"# {a}: {tree.depth()} levels, bottlenecks (GB/s) "
-                  + ", ".join(f"{b:.2f}" for b in tree.bottlenecks))
+    print("\n".join(heading(args, model, measured_ranks)))
+    header = ["size", "algorithm", "model time (us)", "model busbw (GB/s)"]
+    if measured:
+        header += ["measured time (us)", "measured busbw (GB/s)", f"vs {NATIVE}"]
+    print("\n".join(table(header, model_table(model, algos, sizes, measured), left=(1,))))
+    print("\n".join(notes(model, algos)))
     return 0
+
+
+def heading(args, model, measured_ranks):
+    """The comment lines above the table: the links, and what the measured columns are."""
+    source = f"the links of {args.topology}" if args.topology else \
+        f"uniform links, alpha {args.alpha_us:g} us, beta {args.beta_GBps:g} GB/s"
+    lines = [comment(f"alpha-beta model of {plural(model.n, 'rank')}, {source}")]
+    if args.results:
+        lines.append(comment(f"measured (out-of-place): {', '.join(args.results)}; vs {NATIVE} = measured busbw / "
+                             f"the measured busbw of native MPI ({NATIVE}) at the same size"))
+    if measured_ranks - {model.n}:
+        ran = ", ".join(map(str, sorted(measured_ranks)))
+        lines.append(comment(f"note: the measured runs had {ran} ranks, the model {model.n}"))
+    return lines

@@ -1,4 +1,4 @@
-"""``mpiexec -n 2 python -m bench perf``: issue 6's performance targets, measured in one run.
+"""``mpiexec -n 2 python -m bench perf``: our all-reduces against native MPI and a lone copy, each target judged.
 
 For each size: native ``MPI_Allreduce`` and each of our algorithms (``check=False``;
 the agreement check's extra cost is reported beside; ring and trees also on registered
@@ -14,7 +14,9 @@ each rank's peak memory (VmHWM, measured first) against send + receive + one chu
 of workspace + 64 MiB of interpreter.
 Writes ``results/perf-cpu.json`` and ``results/perf-cpu.md`` (rank 0, atomically); the
 Markdown ends with ``results/perf-cpu-notes.md`` when it exists (the analysis of the misses).
-Run it with the malloc settings of DESIGN.md section 4 for a fair native baseline:
+For a fair native baseline, tell glibc's malloc to keep freed large blocks instead of
+returning them to the kernel (else native ``MPI_Allreduce`` page-faults its temporary buffer
+afresh at every large call):
 ``MALLOC_MMAP_THRESHOLD_=2147483648 MALLOC_TRIM_THRESHOLD_=8589934592``.
 """
 
@@ -208,12 +210,17 @@ def peak_memory(comm, nbytes):
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench.perf", description=__doc__.splitlines()[0])
-    p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("32K"))
-    p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("256M"))
-    p.add_argument("-f", "--stepfactor", type=int, default=2)
-    p.add_argument("--repeats", type=int, default=7, help="turns of every candidate per size and sweep")
-    p.add_argument("--runs", type=int, default=3, help="sweeps over all sizes; the table holds their median")
-    p.add_argument("-o", "--output", default="results/perf-cpu", help="FILE prefix (.json, .md)")
+    p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("32K"),
+                   help="smallest vector, in bytes; K, M, G are powers of 1024; 8 B is always added (default 32K)")
+    p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("256M"),
+                   help="largest vector, in bytes; K, M, G are powers of 1024 (default 256M)")
+    p.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplier between sizes (default 2)")
+    p.add_argument("--repeats", type=int, default=7,
+                   help="turns of every candidate per size and sweep; the median is kept (default 7)")
+    p.add_argument("--runs", type=int, default=3,
+                   help="sweeps over all sizes; the table holds their median (default 3)")
+    p.add_argument("-o", "--output", default="results/perf-cpu",
+                   help="FILE prefix: writes FILE.json and FILE.md (default results/perf-cpu)")
     args = p.parse_args(argv)
     comm = MPI.COMM_WORLD
     if refused(comm, "python -m bench perf", (args.output + ".json", args.output + ".md")):
@@ -256,9 +263,10 @@ def main(argv=None):
 
 
 def targets(data, sweeps=None):
-    """Issue 6's targets, each with the measured number and whether it holds. A ratio is taken
-    within each sweep (of ``sweeps``, lists of rows; default ``data["rows"]`` alone), as the
-    issue asks for ratios measured in the same run, and its median over the sweeps is judged."""
+    """The performance targets, each with the measured number and whether it holds. A ratio
+    is taken within each sweep (of ``sweeps``, lists of rows; default ``data["rows"]`` alone),
+    since only ratios measured in the same run compare on a shared machine, and its median
+    over the sweeps is judged."""
     runs = [{r["bytes"]: r for r in rows} for rows in (sweeps or [data["rows"]])]
     rows = runs[0]
     checks = []

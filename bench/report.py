@@ -8,17 +8,27 @@ nccl-tests (SuperBench's, for one) read it unchanged.
 
 import math
 
-PER_ITER_COLUMNS = (
-    "#                                                              out-of-place (+ per-iteration)                                    in-place (+ per-iteration)\n"
-    "#       size         count      type   redop    root     time   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv%     time   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv%\n"
-    "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)     (us)     (us)      (%)     (us)  (GB/s)  (GB/s)             (us)     (us)     (us)      (%)"
-)
+TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S"  # -S, as nccl-tests writes it
 
-COLUMNS = (
-    "#                                                              out-of-place                       in-place          \n"
-    "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong\n"
-    "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)       "
-)
+
+def columns(per_iteration=False, cputime=False, timestamps=False):
+    """The three header lines of a table, as nccl-tests prints them: ``time`` named ``cputime``
+    with ``-C``, the per-iteration columns with ``-I 1``, a timestamp column with ``-S 1``."""
+    time = "cputime" if cputime else "time"
+    names, units, fields = [time, "algbw", "busbw", "#wrong"], ["(us)", "(GB/s)", "(GB/s)", ""], "  %7s  %6s  %6s  %6s"
+    over = "           out-of-place                       in-place          "
+    if per_iteration:
+        names, units = names + ["i_min", "i_max", "i_p99", "i_cv%"], units + ["(us)", "(us)", "(us)", "(%)"]
+        fields += "  %7s  %7s  %7s  %7s"
+        over = ("              out-of-place (+ per-iteration)                                "
+                "in-place (+ per-iteration)")
+    pad, label, form = (19, "timestamp", TIMESTAMP_FORMAT) if timestamps else (0, "", "")
+    lead = "# %10s  %12s  %8s  %6s  %6s"
+    return "\n".join([
+        lead % ("", "", "", "", "") + over,
+        lead % ("size", "count", "type", "redop", "root") + (fields * 2) % tuple(names * 2) + " %*s" % (pad, label),
+        lead % ("(B)", "(elements)", "", "", "") + (fields * 2) % tuple(units * 2) + " %*s" % (pad, form)])
+
 
 #: nccl-tests' names for element types.
 TYPE_NAMES = {
@@ -54,10 +64,11 @@ def float_text(value, width=7):
     return f"{value:{width}.1e}"
 
 
-def row(size, count, dtype, op, root, results, per_iteration=None):
+def row(size, count, dtype, op, root, results, per_iteration=None, timestamp=None):
     """One table row; ``results`` is [(seconds, algbw, busbw, wrong)] for out-of-place, in-place;
     ``per_iteration`` (with ``-I 1``) the matching [stats dict] whose i_min, i_max, i_p99 and
-    i_cv% follow each placement's #wrong."""
+    i_cv% follow each placement's #wrong; ``timestamp`` (``-S 1``) ends the row, as nccl-tests'
+    ``%21s``."""
     text = f"{size:12d}  {count:12d}  {TYPE_NAMES.get(dtype, dtype):>8s}  {op:>6s}  {root:6d}"
     for k, (seconds, algbw, busbw, wrong) in enumerate(results):
         wrong_text = "N/A" if wrong is None else f"{wrong:g}"
@@ -65,7 +76,7 @@ def row(size, count, dtype, op, root, results, per_iteration=None):
         if per_iteration is not None:
             st = per_iteration[k]
             text += "".join(f"  {float_text(st[key])}" for key in ("min_us", "max_us", "p99_us", "cv_pct"))
-    return text
+    return text + (f"{timestamp:>21s}" if timestamp is not None else "")
 
 
 def footer(total_wrong, busbws):

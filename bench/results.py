@@ -4,7 +4,8 @@ The ``-J`` document has nccl-tests' keys (``version``, ``start_time``, ``args``,
 ``config`` with its devices, ``results[]`` with ``out_of_place``/``in_place``
 and, with ``-I 1``, the ``*_per_iter`` objects; ``out_of_bounds``,
 ``average_bus_bandwidth``, ``end_time``), so nccl-tests' own
-``tools/analyze_perf_json.py`` reads it, plus ours under ``allreduce_bench``
+``tools/analyze_perf_json.py`` reads it, plus ours: ``summary_by_size`` (bench/summary.py),
+``allreduce_bench``
 (``complete``: false until the sweep ends) and in each result (``algorithm``,
 ``collective``). It is written atomically when the run starts (so a bad path fails
 before the first size, and a killed run never leaves the previous run's file) and again
@@ -19,6 +20,8 @@ import json
 import os
 
 from topology.files import cannot_write, write_json_atomically
+
+from . import summary
 
 JSON_VERSION = 3  # nccl-tests' JSON_FILE_VERSION
 
@@ -95,9 +98,9 @@ class ResultsWriter:
             row_wrong = sum(int(p["nwrong"] or 0) for p in here)
             wrong += row_wrong
             busbw += [p["bus_bw"] for p in here]
-            summary = summaries.setdefault(row.get("algorithm", "?"), {"out_of_bounds": 0, "busbw": []})
-            summary["out_of_bounds"] += row_wrong
-            summary["busbw"] += [p["bus_bw"] for p in here]
+            totals = summaries.setdefault(row.get("algorithm", "?"), {"out_of_bounds": 0, "busbw": []})
+            totals["out_of_bounds"] += row_wrong
+            totals["busbw"] += [p["bus_bw"] for p in here]
         document = {
             **self.document,
             "allreduce_bench": {**self.document["allreduce_bench"], "complete": complete},
@@ -106,6 +109,7 @@ class ResultsWriter:
             "average_bus_bandwidth": {"bandwidth": _mean(busbw), "okay": "unchecked"},
             "summaries": {name: {"out_of_bounds": s["out_of_bounds"], "average_bus_bandwidth": _mean(s["busbw"])}
                           for name, s in summaries.items()},
+            "summary_by_size": summary.by_size(self.rows),
             "end_time": now(),
         }
         write_json_atomically(self.json_path, document)

@@ -1,12 +1,14 @@
-"""``python -m bench scaling``: what all-reduce costs a data-parallel training step (seed 000, section 5).
+"""``python -m bench scaling``: what all-reduce costs a data-parallel training step, per algorithm and rank count.
 
 The gradient is ``params x dtype size`` bytes. For each algorithm and rank count
 the communication time T_m comes from the alpha-beta model (uniform links of
-``--beta-GBps``, or a measured busbw from ``--results``); efficiency
-E = T_c / (T_c + T_m) and speed-up N x E. With ``--buckets K`` the gradient is
+``--beta-GBps`` and ``--alpha-us``, as ``python -m bench model`` computes them), or from a
+measured busbw (``--results``, each algorithm's busbw at its largest measured size);
+efficiency E = T_c / (T_c + T_m) and speed-up N x E. With ``--buckets K`` the gradient is
 sent in K equal buckets as they become ready during a backward pass of
 ``--backward-time`` seconds (DDP-style); only the communication that does not
 fit behind the remaining backward work is exposed (ideally the last bucket).
+The worked example: 7e9 float16 parameters over 8 ranks at 400 GB/s take 61 ms of ring.
 """
 
 import argparse
@@ -16,8 +18,8 @@ import numpy as np
 
 from topology import uniform
 
-from .model import ALGORITHMS, Model
-from .results import read_results
+from .model import ALGORITHMS, Model, measured_rows
+from .tables import comment, description, epilog, plural
 
 
 def exposed_time(bucket_time, buckets, backward):
@@ -31,28 +33,29 @@ def exposed_time(bucket_time, buckets, backward):
 
 def measured_busbw(paths):
     """{algorithm: busbw GB/s at its largest measured all-reduce size} from our results files."""
-    best = {}
-    for path in paths:
-        for r in read_results(path):
-            if r.get("collective", "allreduce") == "allreduce":
-                key = r["algorithm"]
-                if key not in best or r["size"] > best[key][0]:
-                    best[key] = (r["size"], r["out_of_place"]["bus_bw"])
-    return {k: v[1] for k, v in best.items()}
+    measured, _ = measured_rows(paths)
+    return {algo: place["bus_bw"] for (algo, _), place in sorted(measured.items(), key=lambda item: item[0][1])}
 
 
 def main(argv):
-    p = argparse.ArgumentParser(prog="python -m bench scaling", description=__doc__.splitlines()[0])
-    p.add_argument("--params", type=float, required=True, help="model parameters, e.g. 7e9")
-    p.add_argument("--dtype", default="float16", help="gradient dtype (default float16)")
-    p.add_argument("--compute-time", type=float, required=True, help="T_c: seconds of compute per step")
-    p.add_argument("--ranks", default="8", help="comma list of rank counts")
-    p.add_argument("--beta-GBps", type=float, default=400.0, help="link bandwidth for the model")
-    p.add_argument("--alpha-us", type=float, default=10.0, help="start-up time for the model")
-    p.add_argument("--results", nargs="*", default=[], help="use measured busbw instead of the model")
-    p.add_argument("--buckets", type=int, default=0, help="K equal gradient buckets overlapped with backward")
-    p.add_argument("--backward-time", type=float, help="T_b (default: 2/3 of the compute time)")
-    p.add_argument("--algo", default="ps,ring,tree")
+    p = argparse.ArgumentParser(prog="python -m bench scaling", description=description(__doc__),
+                                epilog=epilog(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--params", type=float, required=True, help="model parameters, e.g. 7e9 (required)")
+    p.add_argument("--dtype", default="float16", help="gradient dtype, a NumPy name (default float16)")
+    p.add_argument("--compute-time", type=float, required=True,
+                   help="T_c: compute time per step, in seconds (required)")
+    p.add_argument("--ranks", default="8", help="comma list of rank counts (default 8)")
+    p.add_argument("--beta-GBps", type=float, default=400.0, help="link bandwidth for the model, in GB/s (default 400)")
+    p.add_argument("--alpha-us", type=float, default=10.0, help="start-up time for the model, in us (default 10)")
+    p.add_argument("--results", nargs="*", default=[], metavar="FILE",
+                   help="our -J documents or JSON-lines logs: their measured busbw instead of the model "
+                        "(default: the model)")
+    p.add_argument("--buckets", type=int, default=0,
+                   help="K equal gradient buckets overlapped with the backward pass (default 0: no overlap)")
+    p.add_argument("--backward-time", type=float,
+                   help="T_b: backward pass, in seconds (default: 2/3 of --compute-time)")
+    p.add_argument("--algo", default="ps,ring,tree",
+                   help=f"comma list of algorithms, of {','.join(ALGORITHMS)} (default ps,ring,tree)")
     args = p.parse_args(argv)
     try:
         itemsize = np.dtype(args.dtype).itemsize
@@ -70,9 +73,9 @@ def main(argv):
     backward = args.backward_time if args.backward_time is not None else args.compute_time * 2 / 3
     source = ("measured busbw from " + ", ".join(args.results)) if args.results else \
         f"alpha-beta model, alpha {args.alpha_us:g} us, beta {args.beta_GBps:g} GB/s"
-    print(f"# gradient {nbytes / 1e9:.3f} GB ({args.params:g} x {args.dtype}), T_c {args.compute_time:g} s, {source}")
+    print(comment(f"gradient {nbytes / 1e9:.3f} GB ({args.params:g} x {args.dtype}), T_c {args.compute_time:g} s, {source}"))
     if args.buckets:
-        print(f"# {args.buckets} buckets overlapped with a {backward:g} s backward pass")
+        print(comment(f"{plural(args.buckets, 'bucket')} overlapped with a {backward:g} s backward pass"))
     print(f"{'algorithm':>10}  {'ranks':>6}  {'T_m (s)':>10}  {'exposed (s)':>11}  {'efficiency':>10}  {'speed-up':>8}")
     for algo in algos:
         for n in ranks:

@@ -17,34 +17,40 @@ def aggregate(comm, seconds, how):
     return comm.allreduce(seconds, op=MPI.MIN if how == 2 else MPI.MAX)
 
 
-def time_calls(comm, call, iters, warmup, blocking=False, per_iteration=None, settle=None):
-    """Seconds per call on this rank. ``blocking`` adds a barrier after every call (``-z 1``,
-    included in the time); ``per_iteration`` (an array of ``iters``) receives each call's time;
-    ``settle()`` waits for queued device work (GPU buffers) before a clock is read."""
+def time_calls(comm, call, iters, warmup, blocking=False, per_iteration=None, settle=None, agg=1):
+    """(seconds per call, host seconds per call) on this rank: ``iters`` iterations of ``agg``
+    calls each (``-m``). The host time stops before the last wait for device work (``-C``:
+    nccl-tests' cputime; the same for host buffers). ``blocking`` adds a barrier after every
+    iteration (``-z 1``, inside the time); ``per_iteration`` (an array of ``iters``) receives
+    each iteration's time per call; ``settle()`` waits for queued device work (GPU buffers)."""
     settle = settle or (lambda: None)
     for _ in range(warmup):
         call()
     settle()
     comm.Barrier()
     wtime = MPI.Wtime
+    calls = max(iters, 1) * agg
     if per_iteration is None and not blocking:
         start = wtime()
-        for _ in range(iters):
+        for _ in range(iters * agg):
             call()
+        issued = wtime()
         settle()
-        return (wtime() - start) / max(iters, 1)
+        return (wtime() - start) / calls, (issued - start) / calls
     barrier = comm.Barrier if blocking else (lambda: None)
-    total = 0.0
+    total = host = 0.0
     for i in range(iters):
         start = wtime()
-        call()
+        for _ in range(agg):
+            call()
+        host += wtime() - start
         settle()
         barrier()
         elapsed = wtime() - start
         total += elapsed
         if per_iteration is not None:
-            per_iteration[i] = elapsed
-    return total / max(iters, 1)
+            per_iteration[i] = elapsed / agg
+    return total / calls, host / calls
 
 
 def iteration_stats(comm, times, skip):

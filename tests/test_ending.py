@@ -89,7 +89,7 @@ def writer(tmp_path, log="log.jsonl", document="run.json"):
                          {"ranks": 1})
 
 
-ROW = {"algorithm": "ring", "size": 8, "out_of_place": {"bus_bw": 1.0, "nwrong": 0.0},
+ROW = {"algorithm": "ring", "size": 8, "type": "float", "redop": "sum", "out_of_place": {"bus_bw": 1.0, "nwrong": 0.0},
        "in_place": {"bus_bw": 3.0, "nwrong": 0.0}}
 
 

@@ -1,4 +1,4 @@
-"""Topology: bandwidth matrices, matchings and trees as data (seed 001), and the probe.
+"""Topology: bandwidth matrices, matchings and trees as data (the bottleneck-aware matching, BAM, tree), and the probe.
 
 Everything here is pure data except :mod:`topology.probe`, which talks MPI;
 it never imports ``algorithms`` or ``bench``.

@@ -1,4 +1,4 @@
-"""Growing trees level by level from a bandwidth matrix (seed 001).
+"""Growing trees level by level from a bandwidth matrix (the bottleneck-aware matching, BAM, tree).
 
 U is the set of ranks already in the tree (at first the root), V the rest.
 Each level is one bipartite matching between U and V on the link weights

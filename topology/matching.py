@@ -1,18 +1,18 @@
-"""Bipartite matchings for building trees level by level (seed 001).
+"""Bipartite matchings for building trees level by level (the bottleneck-aware matching, BAM).
 
 ``W`` is a |U| x |V| array of link bandwidths; a weight <= 0 means no link.
 Every function returns a list of (i, j) pairs (row of U, column of V).
 
 * :func:`bottleneck_matching` (BAM): among the maximum-cardinality matchings,
-  one whose smallest weight is as large as possible (formula 4-4 of the seed):
+  one whose smallest weight is as large as possible (the bottleneck criterion):
   binary search over the sorted distinct weights for the largest threshold t
   such that the edges >= t still admit a maximum matching, each test a
   compiled Hopcroft-Karp (SciPy). Only the top edges are sorted: the search
   starts from the few largest edges and widens until a full matching exists.
-* :func:`bottleneck_matching_reference`: the seed's Algorithm 1 verbatim
+* :func:`bottleneck_matching_reference`: BAM's original algorithm as first written
   (binary search + Hungarian DFS augmenting paths), readable and slow.
 * :func:`max_weight_matching` (KM): among the maximum-cardinality matchings,
-  one of largest weight sum (formula 4-1), the baseline the seed compares with.
+  one of largest weight sum, the baseline BAM is compared with.
 
 All three accept |U| > |V|: they swap the roles of U and V, match, and swap back.
 """
@@ -33,7 +33,7 @@ def _weights(W):
 
 
 def _swapped(match, w):
-    """Run ``match`` with U the smaller side, as the seed does for the last level."""
+    """Run ``match`` with U the smaller side (the last level's case)."""
     if w.shape[0] > w.shape[1]:
         return [(i, j) for j, i in match(w.T)]
     return match(w)
@@ -93,7 +93,7 @@ def _bam(w):
 
 
 def bottleneck_matching_reference(W):
-    """The seed's Algorithm 1: binary search on the sorted weights, Hungarian DFS for each
+    """BAM's original algorithm: binary search on the sorted weights, Hungarian DFS for each
     threshold; success when the matching is as large as the maximum matching of all links."""
     return _swapped(_bam_reference, _weights(W))
 

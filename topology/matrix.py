@@ -242,14 +242,14 @@ def random_heterogeneous(size, low=1.0, high=100.0, seed=0, symmetric=True):
                                                                 "seed": seed, "low": low, "high": high})
 
 
-#: The seed paper's 2x2 example (seed 001, its table): rows U = {A, B}, columns V = {a, b}.
+#: The 2x2 example of the bottleneck-aware matching: rows U = {A, B}, columns V = {a, b}.
 #: Scheme 1 (A-a, B-b): sum 9, minimum 4. Scheme 2 (A-b, B-a): sum 10, minimum 3.
 SEED_EXAMPLE_WEIGHTS = np.array([[5.0, 7.0],
                                  [3.0, 4.0]])
 
 
 def seed_example():
-    """Four ranks A=0, B=1, a=2, b=3 whose second tree level is the seed's 2x2 example:
+    """Four ranks A=0, B=1, a=2, b=3 whose second tree level is BAM's 2x2 example:
     from root A the first level takes B (the fastest link), then U = {A, B} meets V = {a, b}."""
     b = np.array([[0.0, 10.0, 5.0, 7.0],
                   [10.0, 0.0, 3.0, 4.0],

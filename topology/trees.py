@@ -1,6 +1,6 @@
 """Spanning trees as plain data, the form the tree all-reduce executor runs.
 
-A tree over ranks ``0..size-1`` is grown level by level (seed 001): level k is
+A tree over ranks ``0..size-1`` is grown level by level (the BAM tree): level k is
 a set of disjoint (parent, child) pairs in which every parent is already in
 the tree and every child joins it. The reduce phase walks the levels from the
 last to the first (children send to parents), the broadcast phase walks them

@@ -1,6 +1,8 @@
 """``python -m bench.lab up|down|exec|run``: the heterogeneous network lab (root, iproute2).
 
   up    --rates FILE | --generator uniform|two-level|random|seed ...   build a lab and leave it up
+        (seed: the 4-rank example matrix A, B, a, b of 100-1000 Mbit/s links on which BAM's
+        tree is faster than KM's)
   down  remove exactly what ``up`` created (by its state file)
   exec  -- ARGS...   run ``python ARGS`` as one MPI job, rank i in namespace i
   run   [--only NAME ...] [--sizes 8M,...]   every experiment, lab up and down around each
@@ -63,27 +65,39 @@ def _raise_on_signals():
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench.lab", description=__doc__.splitlines()[0])
-    p.add_argument("--tag", default=network.DEFAULT_TAG, help=f"name prefix (default {network.DEFAULT_TAG})")
+    p.add_argument("--tag", default=network.DEFAULT_TAG,
+                   help=f"prefix of the namespaces, links and state file the lab creates (default {network.DEFAULT_TAG})")
     p.add_argument("--owner", default=os.environ.get("ALLREDUCE_LAB_OWNER"),
                    help="a token recorded by up/run; down with it removes only that owner's lab "
                         "(default $ALLREDUCE_LAB_OWNER)")
     sub = p.add_subparsers(dest="command", required=True)
     u = sub.add_parser("up", help="build a lab and leave it up")
-    u.add_argument("--rates", help="JSON file of rates (Mbit/s)")
-    u.add_argument("--generator", choices=("uniform", "two-level", "random", "seed"), default="seed")
-    u.add_argument("--k", type=int, default=4, help="namespaces (generators)")
-    u.add_argument("--low", type=float, default=100.0, help="Mbit/s: random's lower bound, two-level's inter-node")
-    u.add_argument("--high", type=float, default=400.0, help="Mbit/s: random's upper bound, uniform, intra-node")
-    u.add_argument("--per-node", type=int, default=2, help="namespaces per node (two-level)")
-    u.add_argument("--seed", type=int, default=0)
-    u.add_argument("--subnet", default=network.DEFAULT_SUBNET)
+    u.add_argument("--rates",
+                   help='JSON file of link rates: {"rates_mbit": [[...]]} in Mbit/s, or a probe file in GB/s '
+                        "(default: --generator)")
+    u.add_argument("--generator", choices=("uniform", "two-level", "random", "seed"), default="seed",
+                   help="the rates without --rates: uniform, two-level (nodes of --per-node namespaces), random "
+                        "(between --low and --high), or seed: the 4-rank example matrix of 100-1000 Mbit/s links "
+                        "(default seed)")
+    u.add_argument("--k", type=int, default=4,
+                   help="namespaces (ranks) for the uniform, two-level and random generators (default 4)")
+    u.add_argument("--low", type=float, default=100.0,
+                   help="Mbit/s: random's lower bound, two-level's between nodes (default 100)")
+    u.add_argument("--high", type=float, default=400.0,
+                   help="Mbit/s: random's upper bound, uniform's rate, two-level's within a node (default 400)")
+    u.add_argument("--per-node", type=int, default=2, help="namespaces per node for two-level (default 2)")
+    u.add_argument("--seed", type=int, default=0, help="random-number seed of the random generator (default 0)")
+    u.add_argument("--subnet", default=network.DEFAULT_SUBNET,
+                   help=f"IPv4 subnet of the namespaces' addresses (default {network.DEFAULT_SUBNET})")
     sub.add_parser("down", help="remove what 'up' created")
     e = sub.add_parser("exec", help="run python ARGS as one MPI job across the namespaces")
-    e.add_argument("args", nargs=argparse.REMAINDER)
+    e.add_argument("args", nargs=argparse.REMAINDER, help="-- then the arguments of python, e.g. -- -m bench -b 8M")
     r = sub.add_parser("run", help="every experiment; writes results/lab/")
-    r.add_argument("--out", default="results/lab")
-    r.add_argument("--only", nargs="*", choices=list(experiments.topologies()))
-    r.add_argument("--sizes", help="comma list of sizes instead of each topology's own (e.g. 8M)")
+    r.add_argument("--out", default="results/lab", help="folder of the results (default results/lab)")
+    r.add_argument("--only", nargs="*", choices=list(experiments.topologies()),
+                   help=f"run only these experiments, of {', '.join(experiments.topologies())} (default: all)")
+    r.add_argument("--sizes", help="comma list of message sizes in bytes, K/M/G powers of 1024, e.g. 8M "
+                                   "(default: each experiment's own)")
     args = p.parse_args(argv)
     _raise_on_signals()
     try:

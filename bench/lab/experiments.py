@@ -35,7 +35,7 @@ PROBE_TOLERANCE = 0.10
 ITERS, WARMUP = 3, 1  # bench -n, -w
 MODEL_TOLERANCE = 0.25
 
-# The seed's example (seed 001) with ranks ordered A, a, B, b and 1 GB/s = 50 Mbit/s: from
+# The 2x2 example of the bottleneck-aware matching (topology.seed_example) with ranks ordered A, a, B, b and 1 GB/s = 50 Mbit/s: from
 # root A the first level takes B (500), then the 2x2 example: BAM picks A-a, B-b (250, 200),
 # KM picks A-b, B-a (350 + 150, the larger sum), and the binomial tree's fixed pairs (A-a, then
 # A-B and a-b) run over the 50 Mbit/s link. (At 100 Mbit/s per GB/s, the 700 and 1000 Mbit/s
@@ -46,7 +46,7 @@ _SEED = seed_example().bandwidth[np.ix_([0, 2, 1, 3], [0, 2, 1, 3])] * 50
 def topologies():
     """name -> (description, K x K rates in Mbit/s, sizes in bytes)."""
     return {
-        "seed4": ("the seed's 2x2 example embedded in the second level (K = 4)", _SEED, [8 * MIB, 16 * MIB]),
+        "seed4": ("the 2x2 example of bottleneck matching embedded in the second level (K = 4)", _SEED, [8 * MIB, 16 * MIB]),
         "het8": ("random heterogeneous links, 100-400 Mbit/s, seed 199 (K = 8)",
                  random_heterogeneous(8, 100, 400, seed=199).bandwidth, [8 * MIB]),
     }
@@ -133,7 +133,7 @@ def run_topology(name, description, rates, sizes, workdir, tag, owner=None, algo
 
 
 def targets(links, trees, runs):
-    """Issue 7's targets for one topology, each with its number and whether it holds."""
+    """The lab's targets for one topology, each with its number and whether it holds."""
     worst_link = max(links, key=lambda l: abs(l["error"]))
     checks = [{"target": f"probe error <= {PROBE_TOLERANCE:.0%} on every link",
                "measured": f"worst {worst_link['error']:+.1%} ({worst_link['from']}->{worst_link['to']})",

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The heterogeneous network lab (issue 7): K network namespaces on a bridge, every ordered
+# The heterogeneous network lab: K network namespaces on a bridge, every ordered
 # pair shaped with HTB, MPI across them; runs every experiment and writes results/lab/.
 # Needs root and iproute2 (ip, tc); exits 3 with the reason when either is missing.
 #
