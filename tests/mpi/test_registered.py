@@ -322,11 +322,15 @@ def test_the_bench_drivers_R_places_buffers_in_registered_vectors(comm):
 
     registry = private_comm(comm).resource("registered", Registry)
     send, recv = np.arange(1000, dtype=np.int32), np.zeros(7, np.float64)
-    with placed(comm, 1, send, recv) as (send_here, recv_here):
-        indexes = [registry.index_of(send_here), registry.index_of(recv_here)]
-        assert len(set(indexes)) == 2
-        assert np.array_equal(send_here, send) and send_here.dtype == send.dtype
-        assert np.array_equal(recv_here, recv) and recv_here.dtype == recv.dtype
-    assert not any(index in registry.windows for index in indexes)
-    with placed(comm, 0, send, recv) as same:
+    for offset in (0, 3):  # -u 3: three elements into each registered vector
+        flags = SimpleNamespace(local_register=1, unalign=offset)
+        with placed(comm, flags, send, recv) as (send_here, recv_here):
+            where = [registry.locate(v.view(np.uint8)) for v in (send_here, recv_here)]
+            assert where == [(where[0][0], 4 * offset), (where[1][0], 8 * offset)]  # inside its registered vector
+            indexes = [index for index, _ in where]
+            assert len(set(indexes)) == 2
+            assert np.array_equal(send_here, send) and send_here.dtype == send.dtype
+            assert np.array_equal(recv_here, recv) and recv_here.dtype == recv.dtype
+        assert not any(index in registry.windows for index in indexes)
+    with placed(comm, SimpleNamespace(local_register=0, unalign=0), send, recv) as same:
         assert same[0] is send and same[1] is recv
