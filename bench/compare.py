@@ -15,7 +15,7 @@ import os
 import sys
 
 from .logs import LogError, read_log
-from .results import read_results
+from .results import placement_time, read_results
 from .tables import comment, description, epilog, ratio_text, significant, size_label, table
 
 NATIVE = "mpi"
@@ -115,7 +115,7 @@ def busbw_table(rows, placement, reference):
     for size in sorted(cells):
         ref = cells[size].get(reference, {}).get("bus_bw")
         for name in (n for n in names if n in cells[size]):
-            busbw, time = cells[size][name]["bus_bw"], cells[size][name]["time"]
+            busbw, time = cells[size][name]["bus_bw"], placement_time(cells[size][name])
             out.append([size_label(size), name, significant(busbw), significant(time),
                         ratio_text(busbw / ref) if ref else "-"])
     return out

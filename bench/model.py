@@ -35,7 +35,7 @@ from algorithms.layout import SEGMENT_BYTES
 from topology import BandwidthMatrix, build_tree, double_binary_trees, uniform
 
 from .compare import NATIVE
-from .results import read_results
+from .results import placement_time, read_results
 from .sizes import parse_size, sweep
 from .tables import comment, description, epilog, plural, ratio_text, significant, size_label, table
 
@@ -174,7 +174,7 @@ def model_table(model, algos, sizes, measured):
                 row += [significant(model.time(a, size) * 1e6), significant(model.busbw(a, size))]
             seen = measured.get((a, size))
             if seen:
-                row += [significant(seen["time"]), significant(seen["bus_bw"]),
+                row += [significant(placement_time(seen)), significant(seen["bus_bw"]),
                         ratio_text(seen["bus_bw"] / native) if native else "-"]
             elif measured:
                 row += ["-", "-", "-"]

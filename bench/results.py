@@ -162,6 +162,12 @@ def _append_line(log, text):
         raise
 
 
+def placement_time(cell):
+    """A placement's time in us: ``time``, or ``cpu_time`` in a run with ``-C 1`` (the host's
+    time to issue the calls: the same for CPU buffers)."""
+    return cell["time"] if "time" in cell else cell["cpu_time"]
+
+
 def read_results(path):
     """Rows of ours from a ``-J`` document or a JSON-lines log: dicts with at least
     algorithm, collective, size, count, type, redop, out_of_place and in_place. A log line

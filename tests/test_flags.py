@@ -151,6 +151,24 @@ def test_agg_iters_timestamps_and_cputime_in_table_and_json(tmp_path):
         assert r["out_of_place"]["cpu_time"] > 0 and re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", r["timestamp"])
 
 
+def test_the_tools_read_a_cputime_run(tmp_path):
+    """compare and model take -C's cpu_time as the time of its rows."""
+    from bench.tables import significant
+
+    document = tmp_path / "run.json"
+    proc = bench(2, *SMALL, "-C", "1", "--algo", "ring,mpi", "--log", "none", "-J", str(document), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(document.read_text())["results"]
+    for tool in (["compare", str(document)], ["model", "--ranks", "2", "-b", "8K", "-e", "64K", "-f", "8",
+                                             "--results", str(document)]):
+        out = subprocess.run([sys.executable, "-m", "bench", *tool], cwd=ROOT, capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 0, out.stderr
+        ring_8k = next(r for r in rows if r["algorithm"] == "ring" and r["size"] == 8192)
+        line = next(l for l in out.stdout.splitlines() if re.match(r"\s*8 KiB\s+ring\b", l))
+        assert significant(ring_8k["out_of_place"]["cpu_time"]) in line.split(), line
+
+
 def test_default_and_cputime_output_read_by_superbench_and_cloudai(tmp_path):
     document = tmp_path / "run.json"
     for extra in ([], ["-C", "1"], ["-M", "1"]):
