@@ -4,7 +4,8 @@
   with ``algorithm`` one of ``ALGORITHMS``: ``"ps"`` (parameter server),
   ``"ring"`` (reduce-scatter + all-gather), ``"tree"`` (binomial, or any
   ``topology.Tree`` passed as ``tree=``), ``"bamtree"``/``"kmtree"`` (trees
-  matched from link bandwidths, ``bandwidth=``) and ``"rd"`` (recursive doubling).
+  matched from link bandwidths, ``bandwidth=``), ``"dbtree"`` (two binary trees),
+  ``"rd"`` (recursive doubling) and ``"hier"`` (within nodes, then across them).
 * ``reduce_scatter`` and ``all_gather``: the two halves of the ring, on their
   own; chunk layout from ``chunk_offsets``.
 * ``alloc_registered(count, dtype)`` / ``free_registered(vector)``: vectors in the

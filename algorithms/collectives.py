@@ -30,7 +30,8 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None, c
     max, min, avg (floating only). ``algorithm`` is a key of ``ALGORITHMS``.
     Tree algorithms take ``tree=`` (a ``topology.Tree``) or ``bandwidth=`` (an
     S x S matrix in GB/s or a probe file) to build theirs from: ``"tree"`` is
-    binomial without either, ``"bamtree"`` and ``"kmtree"`` need one of them.
+    binomial without either, ``"bamtree"`` and ``"kmtree"`` need one of them;
+    ``"hier"`` takes ``bandwidth=`` with ``ALLREDUCE_HIER_ACROSS=bamtree``.
     Returns the result buffer.
     """
     run = _common_case(sendbuf, recvbuf, op, algorithm, tree, bandwidth)
@@ -49,6 +50,9 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None, c
                 raise ValueError(f"unknown algorithm {algorithm!r}; choices: {', '.join(ALGORITHMS)}")
             method = getattr(run, "tree_method", None)
             if method is None:
+                prepare = getattr(run, "prepare", None)
+                if prepare is not None:  # checks tree= and bandwidth= itself; what it returns is passed on
+                    return result, sendbuf.size, prepare(size, tree, bandwidth, algorithm)
                 if tree is not None or bandwidth is not None:
                     raise ValueError(f"algorithm {algorithm!r} takes no tree or bandwidth")
                 return result, sendbuf.size, None

@@ -125,7 +125,7 @@ class Private:
         key = (xp, op)
         context = self.contexts.get(key)
         if context is None:
-            context = self.contexts[key] = Collective(self.comm, xp, op, self.transport(xp))
+            context = self.contexts[key] = Collective(self.comm, xp, op, self.transport(xp), self)
         return context
 
     def transport(self, xp):
@@ -202,8 +202,9 @@ class Collective:
     """Context of a collective: who we are, how to move bytes, how to reduce. Holds no
     per-call state, so one context serves every call with the same module and op."""
 
-    def __init__(self, comm, xp, op, transport):
+    def __init__(self, comm, xp, op, transport, private=None):
         self.comm = comm
+        self.private = private  # the Private it belongs to: its resource() builds once per communicator
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self.xp = xp

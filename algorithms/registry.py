@@ -2,10 +2,12 @@
 
 Adding an algorithm is one module with such a function plus one line here.
 A function with a ``tree_method`` attribute also takes the ``topology.Tree`` to run,
-built by that ``topology.build_tree`` method unless the caller passes one.
+built by that ``topology.build_tree`` method unless the caller passes one. A function with
+a ``prepare(size, tree, bandwidth, name)`` attribute checks those arguments itself, and what
+it returns, unless None, is passed on as a fourth argument (with a ``digest()`` the ranks agree on).
 """
 
-from . import double_tree, ps, recursive_doubling, ring, tree
+from . import double_tree, hier, ps, recursive_doubling, ring, tree
 
 ALGORITHMS = {
     "ps": ps.allreduce,
@@ -15,4 +17,5 @@ ALGORITHMS = {
     "kmtree": tree.built_by("km"),
     "dbtree": double_tree.allreduce,
     "rd": recursive_doubling.allreduce,
+    "hier": hier.allreduce,
 }

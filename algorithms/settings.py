@@ -57,6 +57,26 @@ class Choice:
         return value
 
 
+@dataclass(frozen=True)
+class NodeMap:
+    """A comma list of integer node ids, one per rank (``0,0,1,1``); empty means ``default``.
+    Its length is checked against the communicator where it is used (:mod:`.hier`)."""
+    default: tuple = ()
+
+    def parse(self, name, raw):
+        text = raw.strip()
+        if not text:
+            return self.default
+        ids = []
+        for index, entry in enumerate(text.split(",")):
+            try:
+                ids.append(int(entry.strip()))
+            except ValueError:
+                raise ValueError(f"{name}={raw!r}: entry {index}, {entry.strip()!r}, is not an integer node id "
+                                 "(give one integer per rank, as 0,0,1,1)") from None
+        return tuple(ids)
+
+
 #: every variable that changes how messages are cut or routed, with its rule
 WIRE = {
     "ALLREDUCE_TRANSPORT": Choice("auto", ("auto", "direct", "staged", "shm")),
@@ -70,6 +90,9 @@ WIRE = {
     "ALLREDUCE_IPC_MIN_BYTES": Size(1),
     "ALLREDUCE_IPC_MAX_BYTES": Size(1 << 62),
     "ALLREDUCE_SHM_BY_PAGES": Choice("auto", ("auto", "0", "1")),
+    # hier: the node of each rank (empty: the ranks that share memory), and what runs across nodes
+    "ALLREDUCE_NODE_MAP": NodeMap(),
+    "ALLREDUCE_HIER_ACROSS": Choice("ring", ("ring", "bamtree")),
 }
 
 #: the raw text of the variables read once per process (at import), as they were read then

@@ -91,6 +91,7 @@ def header_lines(comm, args, algo, device_lines, transport, crowded):
         f"Hosts: {len({d['hostname'] for d in device_lines})}  Device: {args.device}  "
         f"Time aggregation: {AGGREGATIONS[args.average]}  MPI: {info['mpi']}",
         f"# Transport: {transport}",
+        *([f"# Nodes: {hier_text(args.hier)}"] if algo == "hier" and args.hier else []),
         *(["# Buffers: registered (algorithms.alloc_registered; -R 1)"] if args.local_register else []),
         *([f"# Buffers: unaligned by {args.unalign} elements (-u)"] if args.unalign else []),
         f"# Machine: {info['machine']} {info['cpu']}  Python {info['python']}  numpy {info['numpy']}"
@@ -183,7 +184,7 @@ def main(argv=None):
     if writer is not None and log != "none":
         say(f"# Writing every row to {log} as it finishes")
 
-    if args.topology is None and any(needs_topology(a) for a in args.algos):
+    if args.topology is None and any(needs_topology(a) or hier_tree(args, a) for a in args.algos):
         args.topology = probe_first(comm, args, os.path.dirname(log) if rank == 0 and log != "none" else None)
 
     watchdog, progress = Watchdog(args.timeout), Progress(rank == 0 and not args.quiet)
@@ -200,7 +201,8 @@ def main(argv=None):
                 for op in args.ops:
                     if not runs(dtype, op):
                         continue
-                    run = make_runner(spec, algo, comm, op, args.topology, nccl)
+                    run = (hier_runner(comm, op, args.topology) if hier_tree(args, algo)
+                           else make_runner(spec, algo, comm, op, args.topology, nccl))
                     cycles = itertools.count(1) if args.run_cycles == 0 else range(1, args.run_cycles + 1)
                     for cycle in cycles:
                         label = (f"{algo} {TYPE_NAMES.get(dtype, dtype)} {op}"
@@ -246,12 +248,35 @@ def open_results(args, argv, devices, size, spec, log, crowded):
         "report_cputime": bool_text(args.report_cputime), "report_timestamps": bool_text(args.report_timestamps),
         "oversubscribed": f"{crowded}: times are not meaningful" if crowded else "false",
         "devices": devices,
+        **({"hier": args.hier} if args.hier else {}),
     }
     run_info = {**describe(), "ranks": size, "hosts": sorted({d["hostname"] for d in devices}),
                 "collective": spec.name, "device": args.device,
                 "aggregation": AGGREGATIONS[args.average], "malloc": malloc_mode(),
                 "command": " ".join(["python -m bench", *argv])}
     return ResultsWriter(args.output_file, log, ["python -m bench", *argv], config, run_info)
+
+
+def hier_tree(args, algo):
+    """Whether ``algo`` is hier with a tree across nodes (ALLREDUCE_HIER_ACROSS=bamtree), built
+    from the bandwidth matrix (--topology, or the probe run first)."""
+    return algo == "hier" and bool(args.hier) and args.hier["across"] == "bamtree"
+
+
+def hier_runner(comm, op, topology):
+    """The all-reduce runner of hier across nodes on a tree, from the rank-level ``topology``."""
+    def run(send, recv, check=False):
+        return algorithms.allreduce(send, recv, op=op, algorithm="hier", comm=comm, check=check,
+                                    bandwidth=topology)
+    return run
+
+
+def hier_text(layout):
+    """hier's layout for its header: "2 nodes (0,0,1,1, from ALLREDUCE_NODE_MAP), ring across"."""
+    nodes = layout["nodes"]
+    count = max(nodes) + 1
+    return (f"{count} node{'s' if count != 1 else ''} ({','.join(map(str, nodes))}, from {layout['source']}), "
+            f"{layout['across']} across")
 
 
 def transport_of(algo, comm, xp):

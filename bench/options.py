@@ -107,10 +107,12 @@ def build_parser():
                       help="root rank of rooted collectives; these three are rootless, so the root "
                            "column prints -1, as nccl-tests prints it for them")
     what.add_argument("--algo", default="all",
-                      help="comma list of ps,ring,tree,bamtree,kmtree,dbtree,rd and the baselines mpi "
+                      help="comma list of ps,ring,tree,bamtree,kmtree,dbtree,rd,hier and the baselines mpi "
                            "(native MPI_Allreduce) and nccl (NCCL, --device gpu), or all (every one that "
                            "can run here); bamtree and kmtree build their trees from --topology, or from "
-                           "a probe the driver runs first when it is not given")
+                           "a probe the driver runs first when it is not given; hier (hierarchical: within "
+                           "nodes, then across) takes its nodes from ALLREDUCE_NODE_MAP or shared memory, "
+                           "and with ALLREDUCE_HIER_ACROSS=bamtree its tree across nodes from --topology too")
     what.add_argument("--collective", default="allreduce", choices=sorted(COLLECTIVES),
                       help="allreduce, or ring's reducescatter or allgather on their own")
     what.add_argument("--device", default="cpu", choices=("cpu", "gpu"),
@@ -241,6 +243,14 @@ def parse_args(argv):
             args.topology = shared_topology(comm, args.topology)
         except ValueError as exc:
             p.error(f"--topology: {exc}")
+    args.hier = None
+    if "hier" in args.algos:  # its node layout, built now (collective): a bad ALLREDUCE_NODE_MAP is exit 2
+        from algorithms.hier import layout_of
+
+        try:
+            args.hier = layout_of(comm).describe()
+        except ValueError as exc:  # the same on every rank: the map is agreed on
+            p.error(str(exc))
     names = [dt.name for dt in algorithms.DTYPES]
     if args.datatype == "all":
         args.dtypes = names

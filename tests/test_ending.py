@@ -142,7 +142,7 @@ def test_the_error_line_names_the_exception_and_where_in_this_project():
 @pytest.mark.parametrize("data,message", [
     ([1, 2], "the file holds a list, not an object with a 'bandwidth_GBps' matrix"),
     ({"bandwidth_GBps": [[0, 1], [1, 0]], "format": "other"}, "'format' is 'other'"),
-    ({"bandwidth_GBps": [[0, 1], [1, 0]], "version": True}, "'version' is True; this reader knows version 1"),
+    ({"bandwidth_GBps": [[0, 1], [1, 0]], "version": True}, "'version' is True; this reader knows versions 1 and 2"),
     ({"bandwidth_GBps": [[0, 1], [1]]}, "row 1 has 1 entries for 2 rows"),
     ({"bandwidth_GBps": [[0, None], [1, 0]]}, r"bandwidth_GBps\[0\]\[1\] is null None, not a number"),
     ({"bandwidth_GBps": [[0, 1], [1, 0]], "latency_us": [[0, 1e8], [1, 0]]},
@@ -150,6 +150,19 @@ def test_the_error_line_names_the_exception_and_where_in_this_project():
     ({"bandwidth_GBps": [[0, 1], [1, 0]], "hosts": ["a", 3]}, "'hosts' must be a list of host names; it holds an integer 3"),
     ({"bandwidth_GBps": [[0, 1], [1, 0]], "measured": []}, "'measured' is a list, not an object"),
     ({"bandwidth_GBps": []}, "a square matrix with a row per rank"),
+    ({"bandwidth_GBps": [[0, 1], [1, 0]], "version": 3}, "'version' is 3; this reader knows versions 1 and 2"),
+    ({"bandwidth_GBps": [[0, 1], [1, 0]], "nodes": [0]}, "'nodes' has 1 entries for 2 ranks"),
+    ({"bandwidth_GBps": [[0, 1], [1, 0]], "nodes": [0, 2]}, "'nodes' numbers them 0..2 but never uses 1"),
+    ({"bandwidth_GBps": [[0, 1], [1, 0]], "nodes": [True, 0]}, r"'nodes'\[0\] is a boolean True, not a number from 0"),
+    ({"bandwidth_GBps": [[0, 1], [1, 0]], "nodes": "01"}, "'nodes' is a string, not a list with a number per rank"),
+    ({"bandwidth_GBps": [[0, 1], [1, 0]], "ports_GBps": {"egress": [1, 1]}},
+     "'ports_GBps' must be an object with the lists 'egress' and 'ingress'"),
+    ({"bandwidth_GBps": [[0, 1], [1, 0]], "nodes": [0, 0], "ports_GBps": {"egress": [1, 2], "ingress": [1, 2]}},
+     r"'ports_GBps'\['egress'\] has 2 entries for 1 node"),
+    ({"bandwidth_GBps": [[0, 1], [1, 0]], "ports_GBps": {"egress": [1, 1], "ingress": [0, 1]}},
+     r"'ports_GBps'\['ingress'\]\[0\] is 0, not a bandwidth in \(0, 100000\] GB/s"),
+    ({"bandwidth_GBps": [[0, 1], [1, 0]], "ports_GBps": {"egress": [1, "2"], "ingress": [1, 1]}},
+     r"'ports_GBps'\['egress'\]\[1\] is a string '2', not a number"),
 ])
 def test_topology_entries_are_checked_one_by_one(data, message):
     with pytest.raises(ValueError, match=message):

@@ -301,3 +301,24 @@ def test_the_console_script_runs_the_subcommands(tmp_path):
     assert proc.returncode == 2 and proc.stderr.startswith("python -m bench compare:")
     proc = subprocess.run([script, "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "Subcommands (python -m bench NAME" in proc.stdout
+
+
+def test_hier_says_and_saves_its_node_layout(tmp_path):
+    """--algo hier on two "nodes" of one rank each: the header and the -J config say which nodes and
+    what runs across them, with no wrong element; a map of the wrong length is one line, exit 2."""
+    document = tmp_path / "run.json"
+    proc = run_mpi(2, ["-m", "bench", *SMALL, "--algo", "hier", "--log", "none", "-J", str(document), "--quiet"],
+                   timeout=120, env={"ALLREDUCE_NODE_MAP": "5,3"})
+    assert proc.returncode == 0, proc.stderr
+    assert "# Nodes: 2 nodes (0,1, from ALLREDUCE_NODE_MAP), ring across" in proc.stdout
+    rows = table_rows(proc.stdout)
+    assert len(rows) == 2 and all(r[8] == "0" and r[12] == "0" for r in rows)
+    saved = json.loads(document.read_text())
+    assert saved["config"]["hier"] == {"nodes": [0, 1], "across": "ring", "source": "ALLREDUCE_NODE_MAP"}
+    assert {r["algorithm"] for r in saved["results"]} == {"hier"}
+    bad = run_mpi(2, ["-m", "bench", *SMALL, "--algo", "hier", "--log", "none"], timeout=60,
+                  env={"ALLREDUCE_NODE_MAP": "0,0,1"})
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == [
+        "python -m bench: error: ALLREDUCE_NODE_MAP has 3 node ids (0,0,1) for a communicator of 2 ranks: "
+        "give one node id per rank"]

@@ -53,7 +53,7 @@ def test_workstation_run_leaves_a_complete_results_folder(tmp_path):
                  "compare.txt", "model.txt", "busbw.png"):
         assert (out / name).stat().st_size > 0, name
     rows = rows_of(out / "sweep.jsonl")
-    assert {r["algorithm"] for r in rows} == {"ps", "ring", "tree", "bamtree", "kmtree", "dbtree", "rd", "mpi"}
+    assert {r["algorithm"] for r in rows} == {"ps", "ring", "tree", "bamtree", "kmtree", "dbtree", "rd", "hier", "mpi"}
     assert all(r["out_of_place"]["nwrong"] == 0 and r["in_place"]["nwrong"] == 0 for r in rows)
     assert "superbench_8xA100_allreduce" in (out / "compare.txt").read_text()
 
@@ -92,7 +92,7 @@ def test_cpu_sweep_job(slurm, tmp_path):
                        FACTOR="8", ITERS="3", WARMUP="1")
     assert code == 0, log[-4000:]
     rows = rows_of(results / "sweep.jsonl")
-    assert {r["algorithm"] for r in rows} == {"ps", "ring", "tree", "mpi"} and len(rows) == 4 * 5
+    assert {r["algorithm"] for r in rows} == {"ps", "ring", "tree", "hier", "mpi"} and len(rows) == 5 * 5
     assert all(r["ranks"] == 2 and r["out_of_place"]["nwrong"] == 0 and r["in_place"]["nwrong"] == 0
                for r in rows)
     document = json.loads((results / "sweep.json").read_text())
@@ -108,7 +108,7 @@ def test_full_pipeline_job(slurm, tmp_path):
     for name in ("topology.json", "tree-bam.txt", "sweep.json", "model.txt", "compare.txt", "busbw.png"):
         assert (results / name).stat().st_size > 0, name
     rows = rows_of(results / "sweep.jsonl")
-    assert {r["algorithm"] for r in rows} == {"ps", "ring", "tree", "bamtree", "kmtree", "dbtree", "rd", "mpi"}
+    assert {r["algorithm"] for r in rows} == {"ps", "ring", "tree", "bamtree", "kmtree", "dbtree", "rd", "hier", "mpi"}
     assert all(r["out_of_place"]["nwrong"] == 0 for r in rows)
     assert json.loads((results / "topology.json").read_text())["ranks"] == 2
 

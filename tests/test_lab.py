@@ -16,6 +16,11 @@ from bench.lab import network
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REASON = network.requirements()
 needs_lab = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+sys.path.insert(0, os.path.join(ROOT, "tests", "scripts"))
+import lab_flows  # noqa: E402  (tests/scripts: TCP flows between the nodes of a lab)
+
+NODES_SCRIPT = os.path.join(ROOT, "tests", "scripts", "lab_nodes.py")
+RATE_TOLERANCE = 0.15
 
 
 def lab_cli(*args, tag, timeout=600, owner=None):
@@ -25,7 +30,9 @@ def lab_cli(*args, tag, timeout=600, owner=None):
 
 
 def leftovers(tag):
-    """Namespaces and links whose names this lab's tag would make."""
+    """Namespaces and links whose names this lab's tag would make: every name of
+    :func:`network.names` starts with ``<tag>-`` (namespaces, bridges ``-br``, ``-br<r>`` and
+    ``-core``, host veths, uplinks ``-u<r>`` and their core ends ``-c<r>``)."""
     ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
     found = [n for n in ns if n.startswith(f"{tag}-")]
@@ -45,8 +52,55 @@ def test_rates_are_validated():
 
 
 def test_names_fit_linux_interface_names():
-    names = network.names("arlab", 64)
-    assert all(len(n) <= 15 for n in [names["bridge"], *names["host_veths"], *names["veths"]])
+    for tag, racks in (("arlab", None), ("abcdefg", None), ("abcdefg", 64)):
+        names = network.names(tag, 64, racks)
+        links = [names["bridge"], *names["rack_bridges"], *names["uplinks"], *names["core_ports"],
+                 *names["host_veths"], *names["veths"]]
+        assert all(n.startswith(f"{tag}-") and len(n) <= 15 for n in links), links
+        assert len(set(links)) == len(links)
+    assert network.names("arlab", 4)["bridge"] == "arlab-br"
+    assert network.names("arlab", 4, 2)["rack_bridges"] == ["arlab-br0", "arlab-br1"]
+
+
+def test_node_shapes_are_validated_and_described():
+    """Nodes, NICs, racks and the degraded shapes, checked and recorded without building a lab."""
+    rates = np.full((4, 4), 200.0)
+    lab = network.Lab("arlab", network.slow_pair(rates, 0, 3, 50), network.DEFAULT_SUBNET, ranks_per_node=2,
+                      nic_mbit=network.slow_nic(200, 4, 2, 50), **network.oversubscribed(4, 2, 200, 2))
+    assert (lab.k, lab.ranks, [lab.node_of(r) for r in range(8)]) == (4, 8, [0, 0, 1, 1, 2, 2, 3, 3])
+    shape = lab.shape()
+    assert shape["nic_mbit"] == [[200, 200], [200, 200], [50, 50], [200, 200]]
+    assert shape["rates_mbit"][0][3] == shape["rates_mbit"][3][0] == 50 and shape["rates_mbit"][0][1] == 200
+    assert shape["racks"] == [0, 0, 1, 1] and shape["uplink_mbit"] == [[200, 200], [200, 200]]
+    assert shape["oversubscription"] == [2.0, 1.25] and shape["hostnames"][3] == "arlab-node3"
+    assert json.loads(json.dumps(shape)) == shape
+    assert network.oversubscribed(8, 2, 200, 2) == {"racks": [0] * 4 + [1] * 4, "uplink_mbit": [400.0, 400.0]}
+    assert network.Lab("a", rates, network.DEFAULT_SUBNET, nic_mbit=[(100, 300), None, 200, 200]).nic_of(0) == [100, 300]
+    with pytest.raises(network.LabError, match="3 entries for 4 nodes"):
+        network.Lab("a", rates, network.DEFAULT_SUBNET, nic_mbit=[100, 100, 100])
+    with pytest.raises(network.LabError, match="not a positive number"):
+        network.Lab("a", rates, network.DEFAULT_SUBNET, nic_mbit=-1)
+    with pytest.raises(network.LabError, match="rack 1 has no node"):
+        network.Lab("a", rates, network.DEFAULT_SUBNET, racks=[0, 0, 2, 2])
+    with pytest.raises(network.LabError, match="needs racks"):
+        network.Lab("a", rates, network.DEFAULT_SUBNET, uplink_mbit=100)
+    command = network.mpmd_command(lab, "mpiexec", ["python", "x.py"])
+    segments = " ".join(command).split(" : ")
+    assert len(segments) == 4 and all(f"-n 2 ip netns exec arlab-ns{i} unshare --uts" in seg and
+                                      f"arlab-node{i} env FI_TCP_IFACE=arlab-v{i} python x.py" in seg
+                                      for i, seg in enumerate(segments))
+    assert network.mpi_environment(lab)["MPIR_CVAR_NUM_CLIQUES"] == "4"
+    assert network.mpi_environment()["MPIR_CVAR_NOLOCAL"] == "1"
+
+
+def rate_of(lab, flows, expected, seconds=1.5):
+    """The total goodput (Mbit/s) of ``flows`` at once; measured again once when it is more than
+    RATE_TOLERANCE below ``expected`` (other work on the machine's cores can slow a flow; nothing
+    makes a shaped flow faster)."""
+    total = sum(lab_flows.measure(lab, flows, seconds))
+    if total < expected * (1 - RATE_TOLERANCE):
+        total = sum(lab_flows.measure(lab, flows, seconds))
+    return total
 
 
 @needs_lab
@@ -69,6 +123,28 @@ def test_the_small_lab_finds_the_links_and_the_matched_tree_wins(tmp_path):
     assert runs["bamtree"]["time_us"] < runs["kmtree"]["time_us"] < runs["tree"]["time_us"], runs
     assert (tmp_path / "summary.md").read_text().startswith("# Heterogeneous network lab")
     assert (tmp_path / "busbw.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@needs_lab
+def test_two_nodes_of_two_ranks_probe_report_hier_and_the_model(tmp_path):
+    """2 nodes x 2 ranks sharing memory, 200 Mbit/s NICs and link: the probe sees the nodes and
+    both NICs, the report flags nothing between them, hier (M/beta through each NIC) beats the
+    flat ring (1.5 M/beta) as the model says, and every result is exact."""
+    tag = f"n{os.getpid() % 100000}"
+    proc = lab_cli("run", "--only", "twonodes", "--out", str(tmp_path), tag=tag)
+    assert leftovers(tag) == []
+    assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
+    record = json.loads((tmp_path / "twonodes.json").read_text())
+    assert record["probe"]["matrix"]["nodes"] == [0, 0, 1, 1] and record["htb"]["ok"], record["htb"]
+    assert len(record["ports"]) == 4 and max(abs(p["error"]) for p in record["ports"]) <= 0.10, record["ports"]
+    assert max(abs(link["error"]) for link in record["links"]) <= 0.10, record["links"]
+    assert [f for f in record["report"] if f["scope"] == "inter-node"] == []
+    runs = {r["algorithm"]: r for r in record["runs"]}
+    assert set(runs) == {"hier", "hier-bamtree", "ring", "tree", "ps"} and all(r["wrong"] == 0 for r in runs.values())
+    assert runs["hier"]["time_us"] < runs["ring"]["time_us"] and runs["hier"]["predicted_us"] < runs["ring"]["predicted_us"]
+    # hier sends M through each NIC: at least M / (rate x goodput), the modelled lower end
+    assert runs["hier"]["time_us"] >= 8 * 2 ** 20 * 8 / (200e6 * network.GOODPUT) * 1e6 * 0.95
+    assert (tmp_path / "twonodes-heatmap.png").read_bytes()[:4] == b"\x89PNG"
 
 
 @needs_lab
@@ -128,3 +204,107 @@ def test_an_interrupted_run_leaves_nothing_behind(tmp_path):
     assert leftovers(tag) == []
     assert {p for p in os.listdir("/dev/shm") if p.startswith("mpich_shm_")} - shm_before == set(), output[-2000:]
     assert not os.path.exists(os.path.join(network.STATE_DIR, f"{tag}.json"))
+
+
+@needs_lab
+def test_a_node_shape_up_and_down_leaves_nothing_behind():
+    """Nodes with ranks, NICs, 2 racks at 2:1, one slow NIC and one slow pair, by the CLI."""
+    tag = f"n{os.getpid() % 100000}"
+    proc = lab_cli("up", "--generator", "uniform", "--nodes", "4", "--high", "200", "--ranks-per-node", "2",
+                   "--nic-mbit", "200", "--racks", "2", "--oversubscription", "2", "--slow-nic", "3:50",
+                   "--slow-pair", "0:1:100", "--subnet", "10.231.48.0/24", tag=tag, timeout=60)
+    try:
+        assert proc.returncode == 0, proc.stderr
+        # namespaces, core bridge, rack bridges, uplinks and their core ends, host veths
+        assert sorted(leftovers(tag)) == sorted([*(f"{tag}-ns{i}" for i in range(4)), f"{tag}-core", f"{tag}-br0",
+                                                 f"{tag}-br1", f"{tag}-u0", f"{tag}-u1", f"{tag}-c0", f"{tag}-c1",
+                                                 *(f"{tag}-h{i}" for i in range(4))])
+        shape = network.load(tag).shape()
+        assert shape["ranks"] == 8 and shape["racks"] == [0, 0, 1, 1]
+        assert shape["uplink_mbit"] == [[200, 200], [200, 200]]  # 2 nodes x 200 / 2
+        assert shape["nic_mbit"] == [[200, 200]] * 3 + [[50, 50]]
+        assert shape["rates_mbit"][0][1] == shape["rates_mbit"][1][0] == 100
+        for dev in (f"{tag}-u0", f"{tag}-c1", f"{tag}-h3"):
+            classes = subprocess.run(["tc", "class", "show", "dev", dev], capture_output=True, text=True).stdout
+            assert "class htb 1:2 " in classes, (dev, classes)
+        egress = subprocess.run(["ip", "netns", "exec", f"{tag}-ns3", "tc", "class", "show", "dev", f"{tag}-v3"],
+                                capture_output=True, text=True).stdout
+        assert "class htb 1:2 root" in egress and "class htb 1:10 parent 1:2" in egress and "ceil 50Mbit" in egress
+        assert "racks [0, 0, 1, 1]" in proc.stdout and "8 ranks" in proc.stdout
+    finally:
+        down = lab_cli("down", tag=tag, timeout=60)
+    assert down.returncode == 0 and leftovers(tag) == []
+    assert not os.path.exists(os.path.join(network.STATE_DIR, f"{tag}.json"))
+
+
+@needs_lab
+def test_ranks_of_a_node_share_memory_and_bytes_between_nodes_cross_the_links():
+    """2 nodes x 2 ranks: MPI sees 2 nodes and their hostnames; 8 MiB between nodes shows in the
+    sender's HTB class to the other node, 8 MiB within a node shows in no class (nor on lo)."""
+    tag = f"m{os.getpid() % 100000}"
+    proc = lab_cli("up", "--generator", "uniform", "--nodes", "2", "--ranks-per-node", "2", "--high", "200",
+                   "--subnet", "10.231.49.0/24", tag=tag, timeout=60)
+    try:
+        assert proc.returncode == 0, proc.stderr
+        lab = network.load(tag)
+        ran = lab_cli("exec", "--", NODES_SCRIPT, tag=tag, timeout=120)
+        assert ran.returncode == 0, ran.stderr[-3000:]
+        seen = json.loads(ran.stdout)
+    finally:
+        down = lab_cli("down", tag=tag, timeout=60)
+    assert down.returncode == 0 and leftovers(tag) == []
+    assert seen["size"] == 4 and seen["nodes"] == 2
+    for rank, me in enumerate(seen["ranks"]):
+        node = lab.node_of(rank)
+        assert me["shared"] == [2 * node, 2 * node + 1], seen["ranks"]
+        assert me["hostname"] == me["processor"] == lab.hostname(node) and me["iface"] == lab.veth(node)
+    for phase in seen["phases"]:
+        src, dst = lab.node_of(phase["src"]), lab.node_of(phase["dst"])
+        classes = phase["classes"][str(2 * src)]  # the sending node's leader read its veth
+        if src == dst:
+            assert all(n < 64 << 10 for n in classes.values()), phase
+        else:
+            assert phase["bytes"] <= classes[lab.class_id(dst)] < 1.2 * phase["bytes"], phase
+            assert classes["lo"] < 64 << 10, phase
+
+
+@needs_lab
+def test_a_nic_caps_the_total_of_a_nodes_links():
+    """NICs and links of 200 Mbit/s: one pair reaches the link; one node sending to 2 others, and
+    2 sending to one, total the NIC (x goodput), not twice it."""
+    tag = f"c{os.getpid() % 100000}"
+    lab = network.up(np.full((3, 3), 200.0), tag=tag, subnet="10.231.50.0/24", nic_mbit=200)
+    try:
+        expected = 200 * network.GOODPUT
+        pair = rate_of(lab, [(0, 1)], expected)
+        before = lab.nic_bytes()
+        fan_out = rate_of(lab, [(0, 1), (0, 2)], expected)
+        fan_in = rate_of(lab, [(1, 0), (2, 0)], expected)
+        through = lab.nic_bytes() - before
+    finally:
+        network.down(tag)
+    assert leftovers(tag) == []
+    for what, total in (("pair", pair), ("fan-out", fan_out), ("fan-in", fan_in)):
+        assert abs(total / expected - 1) <= RATE_TOLERANCE, (what, total, expected)
+    assert through[0, 0] > 0 and through[0, 1] > 0  # node 0's egress and ingress classes carried them
+
+
+@needs_lab
+def test_a_rack_uplink_caps_the_traffic_between_racks():
+    """2 racks of 2 nodes, NICs and links 200 Mbit/s, 2:1 (uplinks 200): two pairs across the
+    racks total the uplink; two pairs within the racks total twice it."""
+    tag = f"q{os.getpid() % 100000}"
+    lab = network.up(np.full((4, 4), 200.0), tag=tag, subnet="10.231.51.0/24", nic_mbit=200,
+                     **network.oversubscribed(4, 2, 200, 2))
+    try:
+        expected = 200 * network.GOODPUT
+        across = rate_of(lab, [(0, 2), (1, 3)], expected)
+        up = lab.uplink_bytes()
+        within = rate_of(lab, [(0, 1), (2, 3)], 2 * expected)
+        assert (lab.uplink_bytes() - up)[:, 0].max() < 1 << 20  # within a rack: nothing went up
+    finally:
+        network.down(tag)
+    assert leftovers(tag) == []
+    assert up[0, 0] > 0 and up[1, 1] > 0  # rack 0's uplink up, rack 1's down
+    assert abs(across / expected - 1) <= RATE_TOLERANCE, (across, expected)
+    assert abs(within / (2 * expected) - 1) <= RATE_TOLERANCE, (within, 2 * expected)

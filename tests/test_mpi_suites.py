@@ -94,3 +94,29 @@ def _gpus():
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_device_buffer_suite(ranks, tmp_path):
     run_suite(ranks, "tests/mpi/test_gpu.py", tmp_path, timeout=600)
+
+
+#: hier's node layouts, "nodes x ranks per node": (ranks, ALLREDUCE_NODE_MAP or None for the ranks
+#: that share memory, other settings, every dtype or one of each item size). Two with small segments
+#: and slots, so that pieces move in many segments; about 35 s in all on 2 idle cores
+SMALL_PIECES = {"ALLREDUCE_SEGMENT_BYTES": "4096", "ALLREDUCE_SHM_SLOT_BYTES": "4096"}
+HIER_LAYOUTS = {
+    "2x2": (4, "0,0,1,1", SMALL_PIECES, True),
+    "3x2": (6, "0,0,1,1,2,2", {}, False),
+    "2x3": (6, "0,0,0,1,1,1", {}, False),
+    "1x3": (3, "0,0,0", {}, False),
+    "1x3-shared-memory": (3, None, {}, False),
+    "3x1": (3, "0,1,2", {}, False),
+    "3+2": (5, "0,0,0,1,1", SMALL_PIECES, True),
+    "1+2+1": (4, "0,1,1,2", {}, False),
+    "interleaved-2x2": (4, "1,0,1,0", {}, False),
+    "bamtree-2+1+2": (5, "0,0,1,2,2", {"ALLREDUCE_HIER_ACROSS": "bamtree"}, True),
+}
+
+
+@pytest.mark.parametrize("layout", HIER_LAYOUTS)
+def test_hier_suite(layout, tmp_path):
+    ranks, node_map, env, every_dtype = HIER_LAYOUTS[layout]
+    env = {"ALLREDUCE_NODE_MAP": node_map or "", "ALLREDUCE_HIER_ACROSS": "ring", **env}  # "": shared memory
+    run_suite(ranks, "tests/mpi/test_hier.py", tmp_path, timeout=180, env=env,
+              select=None if every_dtype else ONE_DTYPE_PER_ITEM_SIZE)

@@ -9,14 +9,25 @@ import pytest
 
 from conftest import ROOT, run_mpi
 from topology import BandwidthMatrix
-from topology.probe import DISAGREE, LATENCY_SHARE, _cap, rate, suspicious
+from topology.probe import (DISAGREE, LATENCY_SHARE, _cap, _matrices, _measured_pairs, _suspicious_pairs, node_schedule,
+                            port_plan, rate, suspicious, tournament)
+
+#: OFI's tcp provider on the loopback: OFI otherwise takes the first interface it finds, and
+#: interfaces that come and go on the machine (the lab's veths) failed MPI_Init and MPI_Finalize.
+LOOPBACK = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "FI_TCP_IFACE": "lo"}
+
+
+def cliques(k):
+    """MPICH's cliques: Split_type(SHARED) makes K blocks of consecutive ranks, nodes on one
+    machine, whose messages go through the netmod (on the loopback)."""
+    return {"MPIR_CVAR_NUM_CLIQUES": str(k), "MPIR_CVAR_CLIQUES_BY_BLOCK": "1", **LOOPBACK}
 
 
 @pytest.mark.parametrize("ranks,mode,rounds", [(3, "rounds", 3), (4, "rounds", 3), (4, "each", 6), (2, "rounds", 1)])
 def test_probe_writes_a_valid_matrix(tmp_path, ranks, mode, rounds):
     out = tmp_path / "topo.json"
     proc = run_mpi(ranks, ["-m", "topology", "probe", "-o", str(out), "-b", "64K", "--reps", "3",
-                           "--warmup", "1", "--mode", mode], timeout=120)
+                           "--warmup", "1", "--mode", mode], timeout=120, env=LOOPBACK)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"probe: round {rounds}/{rounds} done" in proc.stderr
     matrix = BandwidthMatrix.load(out, ranks=ranks)
@@ -26,6 +37,101 @@ def test_probe_writes_a_valid_matrix(tmp_path, ranks, mode, rounds):
     assert matrix.measured["rounds"] == rounds and matrix.measured["mode"] == mode
     assert matrix.measured["bytes"] == 65536 and matrix.measured["reps"] == 3
     assert matrix.measured["mpi"].startswith("MPICH") and len(matrix.hosts) == ranks
+    # one machine, one node: every pair within it, no ports
+    assert matrix.nodes == [0] * ranks and matrix.ports is None and matrix.measured["ports"] is None
+    assert matrix.measured["rounds_within_nodes"] == rounds and matrix.measured["rounds_between_nodes"] == 0
+    assert "ports" not in proc.stderr and "nodes" not in proc.stderr
+
+
+def test_probe_sees_two_nodes_of_two_ranks(tmp_path):
+    """4 ranks as 2 nodes x 2 (cliques): nodes [0, 0, 1, 1], the pairs within each node measured
+    at once (1 round), the nodes' leaders 0 and 2 (1 round) standing for all four rank pairs
+    between the nodes, and both nodes' ports."""
+    out = tmp_path / "topo.json"
+    proc = run_mpi(4, ["-m", "topology", "probe", "-o", str(out), "-b", "64K", "--reps", "3", "--warmup", "1"],
+                   timeout=120, env=cliques(2))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "probe: 4 ranks on 2 nodes: 1 rounds within nodes, 1 between their leaders, then 4 port measurements" \
+        in proc.stderr
+    assert "probe: round 2/2 done" in proc.stderr and "probe: ports 4/4 done" in proc.stderr
+    assert f"wrote {out}: 4 ranks on 2 nodes, 2 rounds" in proc.stderr
+    matrix = BandwidthMatrix.load(out, ranks=4)
+    assert matrix.nodes == [0, 0, 1, 1] and matrix.leaders() == [0, 2]
+    off = ~np.eye(4, dtype=bool)
+    assert (matrix.bandwidth[off] > 0).all() and (matrix.latency[off] > 0).all()
+    assert matrix.intra_node().tolist() == [[True, True, False, False], [True, True, False, False],
+                                            [False, False, True, True], [False, False, True, True]]
+    between = matrix.bandwidth[np.ix_([0, 1], [2, 3])]
+    back = matrix.bandwidth[np.ix_([2, 3], [0, 1])]
+    assert (between == between[0, 0]).all() and (back == back[0, 0]).all()
+    measured = matrix.measured
+    assert measured["rounds"] == 2 and measured["rounds_within_nodes"] == 1 and measured["rounds_between_nodes"] == 1
+    ports = matrix.ports
+    assert sorted(ports) == ["egress", "ingress"] and all(len(ports[d]) == 2 and (ports[d] > 0).all() for d in ports)
+    assert measured["ports"]["peers"] == 1 and measured["ports"]["bytes"] == 65536
+    assert measured["ports"]["peer_nodes"] == [[1], [0]] and "egress" in measured["ports"]["method"]
+
+
+def test_probe_with_a_rank_per_node_is_the_pairwise_probe_plus_ports(tmp_path):
+    """3 ranks as 3 nodes: the same 3 rounds as the pairwise probe, and 3 ports each way, each
+    measured against the 2 other nodes at once."""
+    out = tmp_path / "topo.json"
+    proc = run_mpi(3, ["-m", "topology", "probe", "-o", str(out), "-b", "64K", "--reps", "3", "--warmup", "1"],
+                   timeout=120, env=cliques(3))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    matrix = BandwidthMatrix.load(out, ranks=3)
+    assert matrix.nodes == [0, 1, 2] and matrix.measured["rounds"] == 3
+    assert "probe: round 3/3 done" in proc.stderr and "probe: ports 6/6 done" in proc.stderr
+    off = ~np.eye(3, dtype=bool)
+    assert (matrix.bandwidth[off] > 0).all()
+    assert all(len(matrix.ports[d]) == 3 and (matrix.ports[d] > 0).all() for d in ("egress", "ingress"))
+    assert matrix.measured["ports"]["peers"] == 2 and matrix.measured["ports"]["peer_nodes"] == [[1, 2], [2, 0], [0, 1]]
+
+
+def test_the_schedule_measures_within_nodes_together_and_between_leaders():
+    assert node_schedule([0, 1, 2, 3]) == ([], tournament(4))  # a rank per node: the pairwise probe
+    assert node_schedule([0, 0, 0]) == (tournament(3), [])  # one node
+    within, between = node_schedule([0, 0, 1, 1, 1, 2])
+    assert within == [[(0, 1), (3, 4)], [(2, 4)], [(2, 3)]]  # node 1's three rounds, node 0's first alongside
+    lead = [0, 2, 5]  # a tournament of the nodes, played by their leaders
+    assert between == [[(lead[a], lead[b]) for a, b in r] for r in tournament(3)]
+    assert sorted(p for r in between for p in r) == [(0, 2), (0, 5), (2, 5)]
+    pairs = {p for r in within + between for p in r}
+    assert len(pairs) == 3 + 1 + 3 and all(len({x for p in r for x in p}) == 2 * len(r) for r in within + between)
+    each_within, each_between = node_schedule([0, 0, 1, 1, 1, 2], mode="each")
+    assert all(len(r) == 1 for r in each_within + each_between) and len(each_within) == 4 and len(each_between) == 3
+
+
+def test_a_leaders_figure_stands_for_every_rank_pair_of_their_nodes():
+    nodes = [0, 0, 1, 1, 1]
+    samples = {(0, 1): [(1e-6, 50e9, 40e9)], (2, 3): [(1e-6, 60e9, 60e9)], (0, 2): [(5e-6, 3e9, 2e9)]}
+    bandwidth, latency = _matrices(5, samples, nodes)
+    assert bandwidth[0, 1] == 50 and bandwidth[1, 0] == 40 and bandwidth[2, 3] == 60
+    assert (bandwidth[np.ix_([0, 1], [2, 3, 4])] == 3).all() and (bandwidth[np.ix_([2, 3, 4], [0, 1])] == 2).all()
+    assert latency[1, 4] == latency[4, 1] == pytest.approx(5)
+    assert bandwidth[2, 4] == 0  # not measured
+    assert _measured_pairs({(1, 4), (3, 4), (0, 3)}, nodes) == {(0, 2), (3, 4)}
+
+
+def test_suspicious_pairs_compare_like_with_like():
+    """Shared memory 10x the network is not suspicious; a slow pair within a node, or a slow
+    pair of leaders among the nodes, is."""
+    nodes = [0, 0, 1, 1, 2, 2]
+    node = np.asarray(nodes)
+    bandwidth = np.where(node[:, None] == node[None, :], 100.0, 10.0)
+    latency = np.where(node[:, None] == node[None, :], 1.0, 5.0)
+    assert _suspicious_pairs(bandwidth, latency, nodes) == set()
+    slow = bandwidth.copy()
+    slow[2, 3] = 1.0
+    slow[np.ix_([0, 1], [4, 5])] = slow[np.ix_([4, 5], [0, 1])] = 1.0
+    assert _suspicious_pairs(slow, latency, nodes) == {(2, 3), (0, 4)}
+
+
+def test_a_port_is_measured_against_the_next_nodes_at_once():
+    nodes = [0, 0, 1, 2, 3, 3]  # leaders 0, 2, 3, 4
+    assert port_plan(nodes, 0, "egress") == ([(0, 2), (1, 3), (0, 4)], [1, 2, 3])  # node 0's ranks in turn
+    assert port_plan(nodes, 3, "ingress") == ([(0, 4), (2, 5), (3, 4)], [0, 1, 2])
+    assert port_plan(nodes[:3], 1, "egress") == ([(2, 0)], [0])  # two nodes: one peer
 
 
 def test_probe_rejects_bad_options(tmp_path):
@@ -88,7 +194,8 @@ def test_an_impossible_figure_is_measured_again_then_flagged(tmp_path):
     is stored as the hosts' copy bandwidth, flagged in the file and said on stderr; one that was
     a passing outlier is measured again and its median kept."""
     out = tmp_path / "topo.json"
-    proc = run_mpi(3, [str(ROOT / "tests" / "scripts" / "probe_with_lying_pairs.py"), str(out)], timeout=120)
+    proc = run_mpi(3, [str(ROOT / "tests" / "scripts" / "probe_with_lying_pairs.py"), str(out)], timeout=120,
+                   env=LOOPBACK)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     matrix = BandwidthMatrix.load(out, ranks=3)
     measured = matrix.measured
@@ -124,7 +231,8 @@ def test_under_load_no_link_exceeds_the_copy_bandwidth(tmp_path):
     try:
         for attempt in range(3):
             out = tmp_path / f"topo{attempt}.json"
-            proc = run_mpi(4, ["-m", "topology", "probe", "-o", str(out), "-b", "64K", "--reps", "5"], timeout=120)
+            proc = run_mpi(4, ["-m", "topology", "probe", "-o", str(out), "-b", "64K", "--reps", "5"], timeout=120,
+                           env=LOOPBACK)
             assert proc.returncode == 0, proc.stderr
             matrix = BandwidthMatrix.load(out, ranks=4)
             off = ~np.eye(4, dtype=bool)
@@ -133,3 +241,15 @@ def test_under_load_no_link_exceeds_the_copy_bandwidth(tmp_path):
     finally:
         hog.kill()
         hog.wait()
+
+
+def test_a_port_is_the_links_that_held_their_transfers_plus_the_share_of_the_rest():
+    """Closed forms of max-min sharing: 3 equal transfers through a 300 B/s port end together
+    (300); one held by its own 50 B/s link leaves 250 to the other two; no port at all: the
+    links' sum; a shared port whose transfers end unevenly counts by the last of them."""
+    from topology.probe import port_rate
+
+    assert port_rate(300, [3.0, 3.0, 3.0], [1e9] * 3) == pytest.approx(300)
+    assert port_rate(300, [6.0, 2.4, 2.4], [50, 1e9, 1e9]) == pytest.approx(50 + 2 * 300 / 2.4)
+    assert port_rate(300, [6.0, 1.0, 0.5], [50, 300, 600]) == pytest.approx(950)
+    assert port_rate(300, [2.0, 3.0, 3.0], [1e9] * 3) == pytest.approx(300)  # not 350: the sum of rates

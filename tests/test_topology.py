@@ -269,3 +269,41 @@ def test_tournament_covers_every_pair_once_in_disjoint_rounds(size):
     for r in rounds:
         ranks = [x for pair in r for x in pair]
         assert len(ranks) == len(set(ranks))
+
+
+def test_version_2_nodes_ports_and_racks_round_trip(tmp_path):
+    """The node fields survive a file; a version-1 file (no nodes) is a node per rank."""
+    b = np.full((4, 4), 3.0)
+    m = BandwidthMatrix(b, nodes=[0, 0, 1, 1], ports={"egress": [1.0, 2.0], "ingress": [3.0, 4.0]},
+                        racks=[0, 1], uplinks={"up": [0.5, 0.6], "down": [0.7, 0.8]})
+    path = tmp_path / "m.json"
+    m.save(path)
+    data = json.loads(path.read_text())
+    assert data["version"] == 2 and data["nodes"] == [0, 0, 1, 1]
+    back = BandwidthMatrix.load(path)
+    assert back.nodes == [0, 0, 1, 1] and back.node_count == 2 and back.leaders() == [0, 2]
+    assert back.ports["ingress"].tolist() == [3.0, 4.0] and back.racks == [0, 1]
+    assert back.uplinks["down"].tolist() == [0.7, 0.8]
+    assert back.intra_node().tolist() == [[True, True, False, False], [True, True, False, False],
+                                          [False, False, True, True], [False, False, True, True]]
+    assert back.node_matrix().size == 2 and back.node_matrix().ports["egress"].tolist() == [1.0, 2.0]
+    old = {"format": "allreduce-bench/bandwidth-matrix", "version": 1, "ranks": 3,
+           "bandwidth_GBps": [[0, 1, 2], [1, 0, 5], [2, 5, 0]]}
+    v1 = BandwidthMatrix.from_json(old)
+    assert v1.nodes == [0, 1, 2] and v1.ports is None
+    # without ports, a node's port is its fastest link out of and into it
+    assert v1.port_capacity()["egress"].tolist() == [2.0, 5.0, 5.0]
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"nodes": [0, 0, 1]}, "'nodes' has 3 entries for 4 ranks"),
+    ({"nodes": [0, 0, 2, 2]}, "never uses 1"),
+    ({"nodes": [0, 0, 1, "1"]}, r"'nodes'\[3\] is a string"),
+    ({"nodes": [0, 0, 1, 1], "ports": {"egress": [1.0], "ingress": [1.0, 1.0]}}, "has 1 entries for 2 nodes"),
+    ({"nodes": [0, 0, 1, 1], "ports": {"egress": [1.0, 0.0], "ingress": [1.0, 1.0]}}, r"\[1\] is 0, not a bandwidth"),
+    ({"ports": {"out": [1.0] * 4}}, "must be an object with the lists 'egress' and 'ingress'"),
+    ({"uplinks": {"up": [1.0], "down": [1.0]}}, "uplinks_GBps needs racks"),
+])
+def test_version_2_fields_are_checked(fields, message):
+    with pytest.raises(ValueError, match=message):
+        BandwidthMatrix(np.ones((4, 4)), **fields)

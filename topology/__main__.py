@@ -1,10 +1,15 @@
-"""``python -m topology probe|tree``.
+"""``python -m topology probe|tree|report``.
 
 * ``mpiexec -n N python -m topology probe -o FILE.json [-b 8M] [--reps 5] [--warmup 2] [--mode rounds|each]``
-  measures every pair of ranks and writes the bandwidth matrix (rank 0 writes, atomically).
-  An error or a signal on any rank ends every rank (:mod:`algorithms.ending`).
+  measures every pair of ranks (between nodes, their leaders) and each node's ports, and writes
+  the bandwidth matrix (rank 0 writes, atomically). An error or a signal on any rank ends every
+  rank (:mod:`algorithms.ending`).
 * ``python -m topology tree FILE.json [--method bam|km|binomial] [--root R|best]``
   prints the tree built from a matrix, level by level with each level's bottleneck.
+* ``python -m topology report FILE.json [--threshold 0.7] [--asymmetry 1.5] [--heatmap PATH |
+  --no-heatmap] [--json]`` prints the matrix's health (slow NICs, slow nodes, slow and
+  asymmetric links, :mod:`topology.report`) and writes a heatmap PNG. Exits 0 with findings
+  or without, 2 on a file it cannot read or a bad option, with one line on stderr.
 """
 
 import argparse
@@ -13,6 +18,7 @@ import sys
 
 from .build import METHODS, build_tree, tree_cost
 from .matrix import as_matrix
+from .report import ASYMMETRY, THRESHOLD
 from .units import parse_size
 
 
@@ -27,7 +33,8 @@ class Parser(argparse.ArgumentParser):
 def main(argv=None):
     parser = Parser(prog="python -m topology", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    p = commands.add_parser("probe", help="measure every pair of ranks (run under mpiexec)")
+    p = commands.add_parser("probe", help="measure every pair of ranks (between nodes, their leaders) and the "
+                                          "nodes' ports (run under mpiexec)")
     p.add_argument("-o", "--output", required=True, help="the JSON file to write")
     p.add_argument("-b", "--bytes", type=parse_size, default=8 << 20, help="message size (default 8M)")
     p.add_argument("--reps", type=int, default=5,
@@ -39,6 +46,26 @@ def main(argv=None):
     t.add_argument("matrix", help="a file from 'probe'")
     t.add_argument("--method", choices=METHODS, default="bam")
     t.add_argument("--root", default="0", help="a rank, or 'best'")
+    r = commands.add_parser("report", help="the health of a matrix: slow NICs, nodes and links; a heatmap PNG",
+                            description="Print the health of a bandwidth matrix, a header line and one line per "
+                                        "finding (slow NIC, slow node, slow link, asymmetric link; rules in "
+                                        "topology/report.py and docs/topology.md), and draw its heatmap. Exits 0 "
+                                        "with findings or without; 2, with one line on stderr, on a file it cannot "
+                                        "read or a bad option.")
+    r.add_argument("matrix", help="a file from 'probe' (versions 1 and 2)")
+    r.add_argument("--threshold", type=float, default=THRESHOLD,
+                   help=f"a link, node or port below this share of its median is slow (default {THRESHOLD})")
+    r.add_argument("--asymmetry", type=float, default=ASYMMETRY,
+                   help=f"a link whose two directions differ by more than this factor is asymmetric "
+                        f"(default {ASYMMETRY})")
+    where = r.add_mutually_exclusive_group()
+    where.add_argument("--heatmap", metavar="PATH",
+                       help="the PNG to write (default: the matrix file's name with .json replaced by .png, "
+                            "beside it; FILE.png for a name without .json)")
+    where.add_argument("--no-heatmap", action="store_true", help="write no PNG")
+    r.add_argument("--json", action="store_true",
+                   help="print one JSON object instead of text: the figures compared with, the options and "
+                        "'findings', a list of objects with kind, node or nodes and ranks, value_GBps, ratio")
     args = parser.parse_args(argv)
 
     if args.command == "probe":
@@ -47,6 +74,13 @@ def main(argv=None):
         from algorithms.ending import run_together
 
         return run_together(lambda: probe_command(args), "python -m topology probe")
+
+    if args.command == "report":
+        if not 0 < args.threshold <= 1:
+            r.error(f"--threshold must be in (0, 1], got {args.threshold:g}")
+        if not args.asymmetry > 1:
+            r.error(f"--asymmetry must be above 1, got {args.asymmetry:g}")
+        return report_command(args)
 
     try:
         matrix = as_matrix(args.matrix)
@@ -60,6 +94,40 @@ def main(argv=None):
     for k, (level, slowest) in enumerate(zip(tree.levels, tree.bottlenecks)):
         pairs = " ".join(f"{p}->{c}" for p, c in level)
         print(f"level {k}: bottleneck {slowest:.3f} GB/s: {pairs}")
+    return 0
+
+
+def report_command(args):
+    """Print the findings of ``args.matrix`` (text or JSON) and write its heatmap."""
+    import json
+
+    from . import report
+    from .files import cannot_write, check_writable
+
+    name = "python -m topology report"
+    try:
+        matrix = as_matrix(args.matrix)
+        found = report.findings(matrix, args.threshold, args.asymmetry)
+    except ValueError as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        return 2
+    path = None if args.no_heatmap else (args.heatmap or report.default_heatmap_path(args.matrix))
+    if path:
+        try:
+            check_writable(path)  # before drawing
+            report.heatmap(matrix, path, f"{os.path.basename(args.matrix)}: {matrix.size} ranks on "
+                                         f"{matrix.node_count} node{'s' if matrix.node_count != 1 else ''}")
+        except OSError as exc:
+            print(f"{name}: --heatmap {cannot_write(path, exc)}", file=sys.stderr)
+            return 2
+    if args.json:
+        data = {"file": args.matrix, **report.summary(matrix), "threshold": args.threshold,
+                "asymmetry": args.asymmetry, "heatmap": path, "findings": found}
+        print(json.dumps(data, indent=1))
+    else:
+        print("\n".join(report.lines(matrix, found, args.matrix, args.threshold, args.asymmetry)))
+    if path:
+        print(f"wrote {path}", file=sys.stderr)
     return 0
 
 
@@ -84,7 +152,8 @@ def probe_command(args):
     matrix = probe(comm, args.bytes, args.reps, args.warmup, args.mode, stderr_progress, stderr_progress)
     if comm.Get_rank() == 0:
         matrix.save(args.output)
-        print(f"wrote {args.output}: {matrix.size} ranks, {matrix.measured['rounds']} rounds, "
+        on = f" on {matrix.node_count} nodes" if matrix.node_count > 1 else ""
+        print(f"wrote {args.output}: {matrix.size} ranks{on}, {matrix.measured['rounds']} rounds, "
               f"{matrix.measured['seconds']} s", file=sys.stderr)
     return 0
 

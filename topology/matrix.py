@@ -4,9 +4,19 @@
 ``latency[i][j]`` the one-way latency in microseconds; the diagonal is ignored.
 A bandwidth of 0 means no link. The file is JSON::
 
-    {"format": "allreduce-bench/bandwidth-matrix", "version": 1, "ranks": S,
+    {"format": "allreduce-bench/bandwidth-matrix", "version": 2, "ranks": S,
      "hosts": [...], "bandwidth_GBps": [[...]], "latency_us": [[...]],
+     "nodes": [node of each rank], "ports_GBps": {"egress": [...], "ingress": [...]},
+     "racks": [rack of each node], "uplinks_GBps": {"up": [...], "down": [...]},
      "measured": {"method": ..., "bytes": ..., "reps": ..., "mpi": ..., "date": ...}}
+
+Version 2 adds the optional node and port fields; version 1 files (without them) still load.
+``nodes`` numbers the nodes 0..K-1; without it every rank is a node of its own. A pair of
+ranks on one node is an intra-node link (shared memory, no port). ``ports_GBps`` holds each
+node's network port (NIC) capacity out of and into the node, shared by all of the node's
+concurrent transfers to other nodes; ``racks`` and ``uplinks_GBps`` (per rack, out of and
+into it) describe switches whose uplinks transfers between racks share. Missing ports or
+uplinks mean "not limited beyond the links".
 
 Files and arrays are checked entry by entry, with one rule for every use: every entry a
 number (JSON ``true`` or ``"5"`` is not), finite, not negative, bandwidths at most
@@ -24,6 +34,7 @@ import numpy as np
 from .files import write_json_atomically
 
 FORMAT = "allreduce-bench/bandwidth-matrix"
+VERSION = 2
 MAX_BANDWIDTH_GBPS = 1e5  # 100 TB/s: a hundred times the fastest link there is
 MAX_LATENCY_US = 1e7  # 10 s
 _LIMITS = {"bandwidth": (MAX_BANDWIDTH_GBPS, "GB/s"), "latency": (MAX_LATENCY_US, "us")}
@@ -37,6 +48,10 @@ class BandwidthMatrix:
     latency: np.ndarray = None
     hosts: list = None
     measured: dict = field(default_factory=dict)
+    nodes: list = None
+    ports: dict = None
+    racks: list = None
+    uplinks: dict = None
 
     def __post_init__(self):
         self.bandwidth = _square(self.bandwidth, "bandwidth")
@@ -50,10 +65,54 @@ class BandwidthMatrix:
         self.hosts = list(self.hosts) if self.hosts is not None else ["localhost"] * size
         if len(self.hosts) != size:
             raise ValueError(f"{len(self.hosts)} host names for {size} ranks")
+        self.nodes = _node_numbers(self.nodes, size, "nodes", "rank")
+        self.ports = _in_out(self.ports, self.node_count, "ports_GBps", ("egress", "ingress"), "node")
+        if self.racks is not None:
+            self.racks = _node_numbers(self.racks, self.node_count, "racks", "node")
+        if self.uplinks is not None and self.racks is None:
+            raise ValueError("uplinks_GBps needs racks: the rack of each node")
+        racks = max(self.racks) + 1 if self.racks is not None else 0
+        self.uplinks = _in_out(self.uplinks, racks, "uplinks_GBps", ("up", "down"), "rack")
 
     @property
     def size(self):
         return len(self.bandwidth)
+
+    @property
+    def node_count(self):
+        return max(self.nodes) + 1
+
+    def intra_node(self):
+        """S x S booleans: True where both ranks are on one node (the diagonal included)."""
+        nodes = np.asarray(self.nodes)
+        return nodes[:, None] == nodes[None, :]
+
+    def leaders(self):
+        """The first rank of each node, in node order."""
+        return [self.nodes.index(k) for k in range(self.node_count)]
+
+    def node_matrix(self):
+        """The K x K :class:`BandwidthMatrix` between the nodes' first ranks, with the ports and
+        racks: the network between the nodes."""
+        lead = self.leaders()
+        return BandwidthMatrix(self.bandwidth[np.ix_(lead, lead)], self.latency[np.ix_(lead, lead)],
+                               [self.hosts[r] for r in lead], dict(self.measured), None, self.ports,
+                               self.racks, self.uplinks)
+
+    def port_capacity(self):
+        """{"egress": K GB/s, "ingress": K GB/s}: the ports of the file, or where it has none,
+        each node's fastest link out of and into it (a port at least as fast as any one link;
+        a node with no other node gets an unlimited port)."""
+        if self.ports is not None:
+            return self.ports
+        nodes = np.asarray(self.nodes)
+        egress, ingress = np.full(self.node_count, np.inf), np.full(self.node_count, np.inf)
+        for k in range(self.node_count):
+            inside, outside = nodes == k, nodes != k
+            if outside.any():
+                egress[k] = self.bandwidth[np.ix_(inside, outside)].max()
+                ingress[k] = self.bandwidth[np.ix_(outside, inside)].max()
+        return {"egress": egress, "ingress": ingress}
 
     def links(self):
         """Symmetric link weights for trees: min of both directions (reduce goes up, broadcast
@@ -81,15 +140,23 @@ class BandwidthMatrix:
         return graph
 
     def to_json(self):
-        return {
+        data = {
             "format": FORMAT,
-            "version": 1,
+            "version": VERSION,
             "ranks": self.size,
             "hosts": self.hosts,
             "bandwidth_GBps": self.bandwidth.tolist(),
             "latency_us": self.latency.tolist(),
+            "nodes": self.nodes,
             "measured": self.measured,
         }
+        if self.ports is not None:
+            data["ports_GBps"] = {k: v.tolist() for k, v in self.ports.items()}
+        if self.racks is not None:
+            data["racks"] = self.racks
+        if self.uplinks is not None:
+            data["uplinks_GBps"] = {k: v.tolist() for k, v in self.uplinks.items()}
+        return data
 
     def save(self, path):
         """Write the JSON file atomically (a temporary file renamed over ``path``)."""
@@ -123,8 +190,8 @@ class BandwidthMatrix:
             raise ValueError("no 'bandwidth_GBps' matrix in it")
         if "format" in data and data["format"] != FORMAT:
             raise ValueError(f"'format' is {data['format']!r}, not {FORMAT!r}")
-        if "version" in data and (type(data["version"]) is not int or data["version"] != 1):
-            raise ValueError(f"'version' is {data['version']!r}; this reader knows version 1")
+        if "version" in data and (type(data["version"]) is not int or data["version"] not in (1, VERSION)):
+            raise ValueError(f"'version' is {data['version']!r}; this reader knows versions 1 and {VERSION}")
         hosts = data.get("hosts")
         if hosts is not None and (not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts)):
             bad = hosts if not isinstance(hosts, list) else next(h for h in hosts if not isinstance(h, str))
@@ -133,7 +200,8 @@ class BandwidthMatrix:
         measured = {} if measured is None else measured
         if not isinstance(measured, dict):
             raise ValueError(f"'measured' is {_kind(measured)}, not an object")
-        matrix = cls(data["bandwidth_GBps"], data.get("latency_us"), hosts, measured)
+        matrix = cls(data["bandwidth_GBps"], data.get("latency_us"), hosts, measured, data.get("nodes"),
+                     data.get("ports_GBps"), data.get("racks"), data.get("uplinks_GBps"))
         if "ranks" in data:
             ranks = data["ranks"]
             if type(ranks) is not int:
@@ -181,20 +249,63 @@ def _square(values, name):
     return array
 
 
-def _numbers(rows, label):
+def _node_numbers(values, count, label, what):
+    """A list of ``count`` node (or rack) numbers 0..K-1, each used; None: one per ``what``."""
+    if values is None:
+        return list(range(count))
+    if not isinstance(values, (list, tuple, np.ndarray)):
+        raise ValueError(f"'{label}' is {_kind(values)}, not a list with a number per {what}")
+    if len(values) != count:
+        raise ValueError(f"'{label}' has {len(values)} entries for {count} {what}s")
+    numbers = []
+    for i, value in enumerate(values):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 0:
+            raise ValueError(f"'{label}'[{i}] is {_kind(value)} {value!r}, not a number from 0"[:200])
+        numbers.append(int(value))
+    missing = sorted(set(range(max(numbers) + 1)) - set(numbers))
+    if missing:
+        raise ValueError(f"'{label}' numbers them 0..{max(numbers)} but never uses {missing[0]}")
+    return numbers
+
+
+def _in_out(values, count, label, keys, what):
+    """{key: array of ``count`` GB/s} for the two ``keys`` (out, in), or None."""
+    if values is None:
+        return None
+    if not isinstance(values, dict) or set(values) != set(keys):
+        raise ValueError(f"'{label}' must be an object with the lists {keys[0]!r} and {keys[1]!r}")
+    out = {}
+    for key in keys:
+        row = values[key]
+        if not isinstance(row, (list, tuple, np.ndarray)):
+            raise ValueError(f"'{label}'[{key!r}] is {_kind(row)}, not a list of GB/s, one per {what}")
+        if len(row) != count:
+            raise ValueError(f"'{label}'[{key!r}] has {len(row)} entries for {count} {what}{'s' if count != 1 else ''}")
+        array = _numbers([row], f"'{label}'[{key!r}]", square=False)[0]
+        bad = ~np.isfinite(array) | (array <= 0) | (array > MAX_BANDWIDTH_GBPS)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(f"'{label}'[{key!r}][{i}] is {array[i]:g}, not a bandwidth in (0, {MAX_BANDWIDTH_GBPS:g}] GB/s")
+        out[key] = array
+    return out
+
+
+def _numbers(rows, label, square=True):
     """A nested list of JSON numbers as a float array; ``ValueError`` naming the first entry
-    that is not a number (a string, a boolean, null, an integer too large for a float)."""
+    that is not a number (a string, a boolean, null, an integer too large for a float). Not
+    ``square``: one row, named ``label[j]``."""
     if not isinstance(rows, (list, tuple)):
         raise ValueError(f"{label} is {_kind(rows)}, not a list of rows")
-    out = np.zeros((len(rows), len(rows)))
+    out = np.zeros((len(rows), len(rows) if square else len(rows[0])))
     for i, row in enumerate(rows):
         if not isinstance(row, (list, tuple, np.ndarray)):
             raise ValueError(f"{label}[{i}] is {_kind(row)}, not a row of numbers")
-        if len(row) != len(rows):
+        if square and len(row) != len(rows):
             raise ValueError(f"{label} must be square: row {i} has {len(row)} entries for {len(rows)} rows")
         for j, value in enumerate(row):
             if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-                raise ValueError(f"{label}[{i}][{j}] is {_kind(value)} {value!r}, not a number"[:200])
+                where = f"{label}[{i}][{j}]" if square else f"{label}[{j}]"
+                raise ValueError(f"{where} is {_kind(value)} {value!r}, not a number"[:200])
             try:
                 out[i, j] = float(value)
             except OverflowError:
@@ -229,7 +340,7 @@ def two_level(nodes, ranks_per_node, intra=100.0, inter=10.0, intra_latency=1.0,
     lat = np.where(same, float(intra_latency), float(inter_latency))
     hosts = [f"node{n}" for n in node]
     return BandwidthMatrix(b, lat, hosts, {"synthetic": "two_level", "nodes": nodes,
-                                           "ranks_per_node": ranks_per_node})
+                                           "ranks_per_node": ranks_per_node}, node.tolist())
 
 
 def random_heterogeneous(size, low=1.0, high=100.0, seed=0, symmetric=True):

@@ -1,4 +1,14 @@
-"""Pairwise link probe: latency and bandwidth between every pair of ranks, both directions.
+"""Pairwise link probe: latency and bandwidth between every pair of ranks, both directions,
+and each node's network port (NIC).
+
+Nodes are the groups of ranks ``MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`` makes (ranks
+that share memory), numbered in the order of their first ranks (their leaders); MPICH's
+cliques (``MPIR_CVAR_NUM_CLIQUES=K MPIR_CVAR_CLIQUES_BY_BLOCK=1``) split one machine into K
+blocks of consecutive ranks, to try a multi-node layout on one machine. Every pair of ranks on
+one node is measured (the nodes' pairs at the same time: they are disjoint); between two nodes
+a and b one pair is measured, their leaders, and the figure stored for every pair of a rank on
+a and a rank on b (a message between the nodes crosses the same ports whichever ranks send
+it). With one rank per node (or one node) this is the pairwise probe below, unchanged.
 
 Pairs are scheduled as a round-robin tournament (the circle method): each
 round is a set of disjoint pairs measured at the same time, so N ranks take
@@ -21,7 +31,19 @@ whose latency is that far above its row's, is measured :data:`RETRIES` more time
 and the median of its measurements kept. A bandwidth above what the hosts' own memory
 copies reach (:func:`copy_bandwidth`, one lone copy per host: no message moves faster than
 a copy of it) is impossible: it is stored as that copy bandwidth, flagged in
-``measured["flagged"]`` and said on stderr.
+``measured["flagged"]`` and said on stderr. The checks against the reverse direction and
+the row compare like with like: the links between nodes among themselves (the leaders'
+K x K matrix), and each node's links within it among themselves.
+
+Ports (K >= 2 nodes; :func:`probe_ports`): node k's egress is the rate at which it sends to
+``min(K-1, 3)`` other nodes at once (node k's ranks in turn, each sending ``bytes`` to a
+different node's leader, all at once; the bytes of all of them over the slowest sender's
+time to send and get a 1-byte acknowledgement), its ingress the rate at which as many other
+nodes' leaders send to it at once (to node k's ranks in turn). One node at a time, the
+:data:`PERCENTILE`-th percentile of the repetitions; a port more than :data:`DISAGREE`
+times off the median of its direction is measured :data:`RETRIES` more times and the
+median kept, and one above ``peers`` copies at its host's copy bandwidth stored as that and
+flagged.
 """
 
 import ctypes
@@ -41,6 +63,7 @@ PERCENTILE = 25  # of the repetitions' times
 LATENCY_SHARE = 0.1  # the latency is subtracted from a transfer's time when at most this share of it
 DISAGREE = 4.0  # a figure this many times off its reverse direction or its row is measured again
 RETRIES = 2  # extra measurements of such a pair, the median of all kept
+PORT_PEERS = 7  # a port is measured against at most this many other nodes at once
 
 
 def tournament(size):
@@ -110,6 +133,43 @@ def _run_schedule(comm, schedule, payload, reps, warmup, progress=None, label="r
         if progress and rank == 0:
             progress(f"probe: {label} {number}/{len(schedule)} done, {time.perf_counter() - started:.1f} s")
     return dict(pair for rows in comm.allgather(mine) for pair in rows)
+
+
+def node_numbers(comm):
+    """The node of each rank of ``comm``, on every rank: the groups of
+    ``Split_type(COMM_TYPE_SHARED)``, numbered 0..K-1 in the order of their first ranks."""
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        first = node.allreduce(comm.Get_rank(), op=MPI.MIN)
+    finally:
+        node.Free()
+    firsts = comm.allgather(first)
+    order = {f: k for k, f in enumerate(sorted(set(firsts)))}
+    return [order[f] for f in firsts]
+
+
+def members(nodes):
+    """The ranks of each node, in node order (the first of each its leader)."""
+    found = [[] for _ in range(max(nodes) + 1)]
+    for rank, node in enumerate(nodes):
+        found[node].append(rank)
+    return found
+
+
+def node_schedule(nodes, mode="rounds"):
+    """(within, between): rounds of disjoint rank pairs (a, b), a < b. ``within``: every pair
+    of ranks on one node, round i of each node's own tournament together; ``between``: the
+    leaders of every pair of nodes, a tournament of the nodes. ``mode="each"``: a pair a round."""
+    groups = members(nodes)
+    per_node = [tournament(len(g)) for g in groups]
+    within = [sorted((g[a], g[b]) for g, rounds in zip(groups, per_node) if i < len(rounds) for a, b in rounds[i])
+              for i in range(max(len(rounds) for rounds in per_node))]
+    lead = [g[0] for g in groups]
+    between = [[(lead[a], lead[b]) for a, b in round_] for round_ in tournament(len(groups))]
+    if mode == "each":
+        within = [[pair] for round_ in within for pair in round_]
+        between = [[pair] for round_ in between for pair in round_]
+    return within, between
 
 
 def copy_bandwidth(comm, nbytes, least=10, seconds=0.05):
@@ -195,7 +255,8 @@ def _off(x, y, factor):
 
 
 def probe(comm=None, nbytes=8 << 20, reps=5, warmup=2, mode="rounds", progress=None, warn=None):
-    """Measure every pair of ranks of ``comm``; every rank returns the same :class:`BandwidthMatrix`.
+    """Measure every pair of ranks of ``comm`` (between nodes, their leaders) and each node's
+    ports; every rank returns the same :class:`BandwidthMatrix`.
 
     ``progress(text)`` is called on rank 0 after each round, ``warn(text)`` for each figure
     that stays impossible (flagged), when given.
@@ -207,61 +268,232 @@ def probe(comm=None, nbytes=8 << 20, reps=5, warmup=2, mode="rounds", progress=N
     comm = (comm or MPI.COMM_WORLD).Dup()
     try:
         size, rank = comm.Get_size(), comm.Get_rank()
-        schedule = tournament(size)
-        if mode == "each":
-            schedule = [[pair] for round_ in schedule for pair in round_]
+        nodes = node_numbers(comm)
+        count = max(nodes) + 1
+        within, between = node_schedule(nodes, mode)
+        schedule = within + between
         payload = np.zeros(nbytes, dtype=np.uint8)
         started = time.perf_counter()
+        if progress and rank == 0 and count > 1:
+            progress(f"probe: {size} ranks on {count} nodes: {len(within)} rounds within nodes, "
+                     f"{len(between)} between their leaders, then {2 * count} port measurements")
         copies = copy_bandwidth(comm, nbytes)
         comm.Barrier()
         samples = {pair: [m] for pair, m in _run_schedule(comm, schedule, payload, reps, warmup, progress).items()}
-        bandwidth, latency = _matrices(size, samples)
+        bandwidth, latency = _matrices(size, samples, nodes)
         hosts = comm.allgather(socket.gethostname())
         bounds = _bounds(hosts, copies)
-        again = sorted(set(suspicious(bandwidth, latency)) | _above(bandwidth, bounds))
+        again = sorted(_suspicious_pairs(bandwidth, latency, nodes) | _measured_pairs(_above(bandwidth, bounds), nodes))
         for _ in range(RETRIES if again else 0):
             for pair, m in _run_schedule(comm, [[pair] for pair in again], payload, reps, warmup).items():
                 samples[pair].append(m)
         if again:
-            bandwidth, latency = _matrices(size, samples)
-        flagged = _cap(bandwidth, bounds)
+            bandwidth, latency = _matrices(size, samples, nodes)
+        flagged = [f for f in _cap(bandwidth, bounds) if (min(f["from"], f["to"]), max(f["from"], f["to"])) in samples]
+        for f in flagged:
+            if nodes[f["from"]] != nodes[f["to"]]:
+                f["nodes"] = [nodes[f["from"]], nodes[f["to"]]]  # stored for every rank pair of these nodes
+        ports, port_record = None, None
+        if count > 1:
+            ports, port_record = probe_ports(comm, nodes, payload, reps, warmup, copies, hosts, progress, bandwidth)
         if warn and rank == 0:
             for f in flagged:
                 warn(f"probe: warning: bandwidth {f['from']} -> {f['to']} measured {f['measured_GBps']:.6g} GB/s, "
                      f"above the copy bandwidth of its hosts ({f['stored_GBps']:.6g} GB/s) after {RETRIES} more "
                      "measurements; stored as that, and flagged in the file")
+            for f in (port_record or {}).get("flagged", []):
+                warn(f"probe: warning: {f['direction']} port of node {f['node']} measured {f['measured_GBps']:.6g} "
+                     f"GB/s, above {f['reason']} ({f['stored_GBps']:.6g} GB/s); stored as that, and flagged in "
+                     "the file")
         elapsed = time.perf_counter() - started
         measured = {
             "method": f"the {PERCENTILE}th percentile of the repetitions' times; latency: half an 8-byte "
                       "ping-pong; bandwidth: bytes / (send + 1-byte ack - latency), the latency subtracted "
                       f"when at most {LATENCY_SHARE:g} of the time; pairs more than {DISAGREE:g}x off their "
                       f"reverse direction or row measured {RETRIES} more times alone, median kept; "
-                      "bandwidths above the hosts' copy bandwidth stored as it and flagged",
+                      "bandwidths above the hosts' copy bandwidth stored as it and flagged; nodes from "
+                      "MPI_Comm_split_type(SHARED), every pair within a node measured, between two nodes "
+                      "their leaders (first ranks) and the figure stored for every rank pair of the two",
             "mode": mode,
             "bytes": int(nbytes),
             "reps": int(reps),
             "warmup": int(warmup),
             "rounds": len(schedule),
+            "rounds_within_nodes": len(within),
+            "rounds_between_nodes": len(between),
             "seconds": round(elapsed, 3),
             "copy_GBps": {host: round(value / 1e9, 3) for host, value in copies.items()},
             "remeasured": [list(pair) for pair in again],
             "flagged": flagged,
+            "ports": port_record,
             "mpi": MPI.Get_library_version().splitlines()[0].strip(),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         }
-        return BandwidthMatrix(bandwidth, latency, hosts, measured)
+        return BandwidthMatrix(bandwidth, latency, hosts, measured, nodes, ports)
     finally:
         comm.Free()
 
 
-def _matrices(size, samples):
-    """Bandwidth (GB/s) and latency (us) matrices from each pair's measurements (their median)."""
+def port_plan(nodes, node, direction, peers=None):
+    """The transfers (sender, receiver) that measure ``node``'s ``direction`` ("egress" or
+    "ingress") port at once, and the other nodes they reach: the next ``peers`` nodes
+    (default ``min(K-1, PORT_PEERS)``), each to (or from) its leader, from (or to) ``node``'s
+    ranks in turn."""
+    groups = members(nodes)
+    count = len(groups)
+    peers = min(count - 1, PORT_PEERS) if peers is None else peers
+    others = [(node + d) % count for d in range(1, peers + 1)]
+    ours = groups[node]
+    transfers = []
+    for p, other in enumerate(others):
+        here, there = ours[p % len(ours)], groups[other][0]
+        transfers.append((here, there) if direction == "egress" else (there, here))
+    return transfers, others
+
+
+def _concurrent(comm, transfers, payload, reps, warmup):
+    """Each transfer's robust time (s) when ``transfers`` (sender, receiver) run all at once,
+    on every rank, in their order: each repetition after a barrier, each transfer timed from
+    the start to its 1-byte acknowledgement, the :data:`PERCENTILE`-th percentile kept."""
+    rank = comm.Get_rank()
+    targets = [r for s, r in transfers if s == rank]
+    sources = [s for s, r in transfers if r == rank]
+    inbox = [np.empty_like(payload) for _ in sources]
+    acks = [np.zeros(1, dtype=np.uint8) for _ in targets]
+    ack = np.zeros(1, dtype=np.uint8)
+    mine = [[] for _ in targets]  # per target, its times
+    for i in range(warmup + reps):
+        comm.Barrier()
+        start = time.perf_counter()
+        if sources:
+            MPI.Request.Waitall([comm.Irecv(buf, source, _TAG) for buf, source in zip(inbox, sources)])
+            MPI.Request.Waitall([comm.Isend(ack, source, _TAG) for source in sources])
+        if targets:
+            answers = [comm.Irecv(a, target, _TAG) for a, target in zip(acks, targets)]
+            sends = [comm.Isend(payload, target, _TAG) for target in targets]
+            for _ in targets:
+                index = MPI.Request.Waitany(answers)
+                if i >= warmup:
+                    mine[index].append(time.perf_counter() - start)
+            MPI.Request.Waitall(sends)
+    return _in_order(transfers, comm.allgather(targets), comm.allgather(mine))
+
+
+def _in_order(transfers, targets, times):
+    """The robust time of each of ``transfers``, from every rank's targets and their times."""
+    by_pair = {}
+    for sender, (rank_targets, flows) in enumerate(zip(targets, times)):
+        for target, t in zip(rank_targets, flows):
+            by_pair[sender, target] = low(t)
+    return [by_pair[pair] for pair in transfers]
+
+
+def port_rate(nbytes, times, links):
+    """A port's capacity (B/s) from transfers of ``nbytes`` through it at once, their ``times``
+    and their links' own bandwidths (B/s), under max-min sharing: a transfer that took about
+    as long as its link alone allows (within 10%) was held by its link, and contributes that
+    rate; the others shared the rest of the port and ended together, so they add their bytes
+    over the last of their times. All held by their links: the port carried their sum (it may
+    be faster)."""
+    held = [t <= 1.1 * nbytes / link for t, link in zip(times, links)]
+    rate = sum(link for link, h in zip(links, held) if h)
+    shared = [t for t, h in zip(times, held) if not h]
+    return rate + (len(shared) * nbytes / max(shared) if shared else 0.0)
+
+
+
+
+def probe_ports(comm, nodes, payload, reps, warmup, copies=None, hosts=None, progress=None, bandwidth=None):
+    """Each node's egress and ingress port (GB/s) by :func:`port_plan`, :func:`_concurrent` and
+    :func:`port_rate` over the links of ``bandwidth`` (GB/s; unknown links: none held by its
+    link), one node and direction at a time; (ports, what was done), on every rank of ``comm``."""
+    count = max(nodes) + 1
+    peers = min(count - 1, PORT_PEERS)
+    rank, started = comm.Get_rank(), time.perf_counter()
+    plans = {(d, k): port_plan(nodes, k, d, peers) for d in ("egress", "ingress") for k in range(count)}
+    samples = {key: [] for key in plans}
+
+    def measure(keys, report=False):
+        for number, key in enumerate(keys, 1):
+            transfers = plans[key][0]
+            times = _concurrent(comm, transfers, payload, reps, warmup)
+            links = [bandwidth[a, b] * 1e9 if bandwidth is not None and bandwidth[a, b] > 0 else np.inf
+                     for a, b in transfers]
+            samples[key].append(port_rate(payload.nbytes, times, links))
+            if report and progress and rank == 0:
+                progress(f"probe: ports {number}/{len(keys)} done, {time.perf_counter() - started:.1f} s")
+
+    measure(list(plans), report=True)
+    ports = {d: np.array([samples[d, k][0] for k in range(count)]) for d in ("egress", "ingress")}
+    again = [(d, k) for d in ports for k in range(count) if _off(ports[d][k], float(np.median(ports[d])), DISAGREE)]
+    for _ in range(RETRIES if again else 0):
+        measure(again)
+    ports = {d: np.array([np.median(samples[d, k]) for k in range(count)]) / 1e9 for d in ports}
+    flagged = []
+    for d in ports:
+        for k in range(count):
+            host = hosts[members(nodes)[k][0]] if hosts else None
+            bound = peers * copies.get(host, np.inf) / 1e9 if copies and host else np.inf
+            if ports[d][k] > bound:
+                flagged.append({"node": k, "direction": d, "measured_GBps": float(ports[d][k]),
+                                "stored_GBps": float(bound),
+                                "reason": f"{peers} copies at the copy bandwidth of its host"})
+                ports[d][k] = bound
+    record = {
+        "method": f"one node at a time: egress, the node's ranks in turn each sending bytes to a different "
+                  f"one of the next {peers} nodes' leaders at once; ingress, those nodes' leaders sending to "
+                  f"the node's ranks at once, each timed to a 1-byte ack (the {PERCENTILE}th percentile of the "
+                  "repetitions); the port: the links' rates of the transfers that took as long as their link "
+                  "alone allows (within 10%), plus the bytes of the others over the last of their times; ports more than "
+                  f"{DISAGREE:g}x off the median of their direction measured {RETRIES} more times, median kept",
+        "peers": peers,
+        "bytes": int(payload.nbytes),
+        "reps": int(reps),
+        "warmup": int(warmup),
+        "peer_nodes": [plans["egress", k][1] for k in range(count)],
+        "remeasured": [{"node": k, "direction": d} for d, k in again],
+        "flagged": flagged,
+    }
+    return ports, record
+
+
+def _matrices(size, samples, nodes=None):
+    """Bandwidth (GB/s) and latency (us) matrices from each pair's measurements (their median);
+    a pair of ranks on two nodes (their leaders) stands for every rank pair of those nodes."""
     bandwidth, latency = np.zeros((size, size)), np.zeros((size, size))
+    node = np.asarray(nodes if nodes is not None else range(size))
     for (a, b), measurements in samples.items():
         lat, ab, ba = np.median(np.array(measurements), axis=0)
-        bandwidth[a, b], bandwidth[b, a] = ab / 1e9, ba / 1e9
-        latency[a, b] = latency[b, a] = lat * 1e6
+        if node[a] != node[b]:
+            rows, cols = np.flatnonzero(node == node[a]), np.flatnonzero(node == node[b])
+        else:
+            rows, cols = np.array([a]), np.array([b])
+        bandwidth[np.ix_(rows, cols)], bandwidth[np.ix_(cols, rows)] = ab / 1e9, ba / 1e9
+        latency[np.ix_(rows, cols)] = latency[np.ix_(cols, rows)] = lat * 1e6
     return bandwidth, latency
+
+
+def _suspicious_pairs(bandwidth, latency, nodes):
+    """:func:`suspicious` pairs, like compared with like: the leaders' K x K matrix (the pairs
+    between nodes) and each node's own ranks."""
+    groups = members(nodes)
+    alike = [g for g in groups if len(g) > 1] + ([[g[0] for g in groups]] if len(groups) > 1 else [])
+    found = set()
+    for ranks in alike:
+        block = np.ix_(ranks, ranks)
+        found |= {(ranks[a], ranks[b]) for a, b in suspicious(bandwidth[block], latency[block])}
+    return found
+
+
+def _measured_pairs(pairs, nodes):
+    """The measured pair behind each rank pair: itself within a node, the nodes' leaders between two."""
+    lead = [g[0] for g in members(nodes)]
+    found = set()
+    for a, b in pairs:
+        if nodes[a] != nodes[b]:
+            a, b = sorted((lead[nodes[a]], lead[nodes[b]]))
+        found.add((a, b))
+    return found
 
 
 def _bounds(hosts, copies):

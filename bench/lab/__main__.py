@@ -2,13 +2,15 @@
 
   up    --rates FILE | --generator uniform|two-level|random|seed ...   build a lab and leave it up
         (seed: the 4-rank example matrix A, B, a, b of 100-1000 Mbit/s links on which BAM's
-        tree is faster than KM's)
+        tree is faster than KM's); the node-to-node rates, and the nodes' shape:
+        --nodes K --ranks-per-node R [--nic-mbit X] [--racks N --oversubscription RATIO]
+        [--slow-nic NODE:MBIT] [--slow-pair A:B:MBIT]
   down  remove exactly what ``up`` created (by its state file)
-  exec  -- ARGS...   run ``python ARGS`` as one MPI job, rank i in namespace i
+  exec  -- ARGS...   run ``python ARGS`` as one MPI job, R ranks in each node's namespace
   run   [--only NAME ...] [--sizes 8M,...]   every experiment, lab up and down around each
 
 Rates are Mbit/s (a JSON file: {"rates_mbit": [[...]]}, or a probe-format matrix in GB/s).
-Exit 3 when the lab cannot run here (not root, no iproute2), with the reason.
+Exit 3 when the lab cannot run here (not root, no iproute2 or unshare), with the reason.
 """
 
 import argparse
@@ -33,25 +35,84 @@ from topology.units import parse_size  # noqa: E402
 from . import experiments, network  # noqa: E402
 
 CANNOT_RUN = 3
+DEFAULT_NODES = 4
 
 
 def _rates(args):
+    """The K x K node-to-node rates (Mbit/s) of ``up``'s arguments, before --slow-pair."""
     if args.rates:
         with open(args.rates) as f:
             data = json.load(f)
         if "rates_mbit" in data:
-            return np.asarray(data["rates_mbit"], dtype=float)
-        return np.asarray(data["bandwidth_GBps"], dtype=float) * 8000
-    k = args.k
-    if args.generator == "uniform":
-        return uniform(k, args.high).bandwidth
-    if args.generator == "two-level":
-        if k % args.per_node:
-            raise network.LabError(f"--k {k} is not a multiple of --per-node {args.per_node}")
-        return two_level(k // args.per_node, args.per_node, args.high, args.low).bandwidth
-    if args.generator == "random":
+            rates = np.asarray(data["rates_mbit"], dtype=float)
+        else:
+            rates = np.asarray(data["bandwidth_GBps"], dtype=float) * 8000
+    elif args.generator == "seed":
+        rates = seed_example().bandwidth * 100
+    else:
+        k = DEFAULT_NODES if args.k is None else args.k
+        if args.generator == "uniform":
+            return uniform(k, args.high).bandwidth
+        if args.generator == "two-level":
+            if k % args.per_node:
+                raise network.LabError(f"--nodes {k} is not a multiple of --per-node {args.per_node}")
+            return two_level(k // args.per_node, args.per_node, args.high, args.low).bandwidth
         return random_heterogeneous(k, args.low, args.high, seed=args.seed).bandwidth
-    return seed_example().bandwidth * 100
+    if args.k is not None and args.k != len(rates):
+        source = args.rates or "the seed matrix"
+        raise network.LabError(f"--nodes {args.k}, but {source} has {len(rates)} nodes")
+    return rates
+
+
+def _numbers(text, count, flag):
+    """``A:B[:C]`` as numbers (ints for the node indices), for --slow-nic and --slow-pair."""
+    parts = text.split(":")
+    try:
+        if len(parts) != count:
+            raise ValueError
+        return [int(x) for x in parts[:-1]] + [float(parts[-1])]
+    except ValueError:
+        shape = "NODE:MBIT" if count == 2 else "A:B:MBIT"
+        raise network.LabError(f"{flag} {text!r}: give {shape}") from None
+
+
+def shape_of(args):
+    """``up``'s arguments as the keyword arguments of :func:`network.up` (rates included)."""
+    rates = network.validate_rates(_rates(args))
+    k = len(rates)
+    for text in args.slow_pair or []:
+        a, b, mbit = _numbers(text, 3, "--slow-pair")
+        rates = network.slow_pair(rates, a, b, mbit)
+    nic = args.nic_mbit
+    shape = {"rates_mbit": rates, "ranks_per_node": args.ranks_per_node, "nic_mbit": nic}
+    if args.racks is not None:
+        shape.update(network.oversubscribed(k, args.racks, nic, args.oversubscription, rates))
+        if args.uplink_mbit is not None:
+            shape["uplink_mbit"] = args.uplink_mbit
+    elif args.uplink_mbit is not None or args.oversubscription != 1.0:
+        raise network.LabError(f"{'--uplink-mbit' if args.uplink_mbit is not None else '--oversubscription'} "
+                               "needs --racks")
+    for text in args.slow_nic or []:
+        node, mbit = _numbers(text, 2, "--slow-nic")
+        shape["nic_mbit"] = network.slow_nic(shape["nic_mbit"], k, node, mbit)
+    return shape
+
+
+def describe(lab):
+    """One line: what ``lab`` is."""
+    shape = lab.shape()
+    text = (f"{lab.k} nodes {lab.names['netns'][0]}..{lab.names['netns'][-1]} x {lab.ranks_per_node} "
+            f"rank{'s' if lab.ranks_per_node > 1 else ''} = {lab.ranks} ranks, "
+            f"addresses {lab.addresses[0]}..{lab.addresses[-1]}")
+    if shape["nic_mbit"]:
+        text += ", NICs (egress, ingress Mbit/s) " + " ".join(
+            f"{'-' if e is None else f'{e:g}'}/{'-' if n is None else f'{n:g}'}" for e, n in shape["nic_mbit"])
+    if shape["racks"]:
+        text += f", racks {shape['racks']}"
+        if shape["uplink_mbit"]:
+            text += ", uplinks (up, down Mbit/s) " + " ".join(
+                f"{'-' if u is None else f'{u:g}'}/{'-' if d is None else f'{d:g}'}" for u, d in shape["uplink_mbit"])
+    return text
 
 
 def _raise_on_signals():
@@ -76,21 +137,44 @@ def main(argv=None):
                    help='JSON file of link rates: {"rates_mbit": [[...]]} in Mbit/s, or a probe file in GB/s '
                         "(default: --generator)")
     u.add_argument("--generator", choices=("uniform", "two-level", "random", "seed"), default="seed",
-                   help="the rates without --rates: uniform, two-level (nodes of --per-node namespaces), random "
+                   help="the node-to-node rates without --rates: uniform, two-level (groups of --per-node nodes), random "
                         "(between --low and --high), or seed: the 4-rank example matrix of 100-1000 Mbit/s links "
                         "(default seed)")
-    u.add_argument("--k", type=int, default=4,
-                   help="namespaces (ranks) for the uniform, two-level and random generators (default 4)")
+    u.add_argument("--nodes", "--k", dest="k", metavar="K", type=int, default=None,
+                   help=f"nodes (namespaces), K, for the uniform, two-level and random generators (default "
+                        f"{DEFAULT_NODES}); with --rates or seed, K is the matrix's and --nodes must match it")
+    u.add_argument("--ranks-per-node", metavar="R", type=int, default=1,
+                   help="MPI ranks per node: they share memory, and only bytes between nodes cross the "
+                        "shaped links (default 1)")
+    u.add_argument("--nic-mbit", metavar="MBIT", type=float, default=None,
+                   help="Mbit/s: cap on each node's total egress and on its total ingress, over all its "
+                        "links (default: no cap)")
+    u.add_argument("--racks", metavar="N", type=int, default=None,
+                   help="put the nodes in this many racks of consecutive nodes, each on its own bridge, "
+                        "joined to a core bridge by a shaped uplink (default: one bridge, no racks)")
+    u.add_argument("--oversubscription", metavar="RATIO", type=float, default=1.0,
+                   help="with --racks: each uplink = the rack's nodes x --nic-mbit (else each node's "
+                        "fastest link) / RATIO, in each direction; 2 means 2:1 (default 1: non-blocking)")
+    u.add_argument("--uplink-mbit", metavar="MBIT", type=float, default=None,
+                   help="with --racks: each uplink's rate in Mbit/s per direction, instead of "
+                        "--oversubscription's (default: from --oversubscription)")
+    u.add_argument("--slow-nic", action="append", metavar="NODE:MBIT",
+                   help="degraded: node NODE's NIC at MBIT both ways, the others as --nic-mbit; repeatable "
+                        "(default: none)")
+    u.add_argument("--slow-pair", action="append", metavar="A:B:MBIT",
+                   help="degraded: the link between nodes A and B at MBIT in both directions; repeatable "
+                        "(default: none)")
     u.add_argument("--low", type=float, default=100.0,
-                   help="Mbit/s: random's lower bound, two-level's between nodes (default 100)")
+                   help="Mbit/s: random's lower bound, two-level's between groups (default 100)")
     u.add_argument("--high", type=float, default=400.0,
-                   help="Mbit/s: random's upper bound, uniform's rate, two-level's within a node (default 400)")
-    u.add_argument("--per-node", type=int, default=2, help="namespaces per node for two-level (default 2)")
+                   help="Mbit/s: random's upper bound, uniform's rate, two-level's within a group (default 400)")
+    u.add_argument("--per-node", type=int, default=2,
+                   help="two-level: nodes per group (groups of consecutive nodes; default 2)")
     u.add_argument("--seed", type=int, default=0, help="random-number seed of the random generator (default 0)")
     u.add_argument("--subnet", default=network.DEFAULT_SUBNET,
                    help=f"IPv4 subnet of the namespaces' addresses (default {network.DEFAULT_SUBNET})")
     sub.add_parser("down", help="remove what 'up' created")
-    e = sub.add_parser("exec", help="run python ARGS as one MPI job across the namespaces")
+    e = sub.add_parser("exec", help="run python ARGS as one MPI job, the lab's ranks per node in each namespace")
     e.add_argument("args", nargs=argparse.REMAINDER, help="-- then the arguments of python, e.g. -- -m bench -b 8M")
     r = sub.add_parser("run", help="every experiment; writes results/lab/")
     r.add_argument("--out", default="results/lab", help="folder of the results (default results/lab)")
@@ -110,15 +194,14 @@ def main(argv=None):
             print(f"python -m bench.lab: cannot run here: {reason}", file=sys.stderr)
             return CANNOT_RUN
         if args.command == "up":
-            lab = network.up(_rates(args), tag=args.tag, subnet=args.subnet, owner=args.owner)
-            print(f"lab {args.tag}: {lab.k} namespaces {lab.names['netns'][0]}..{lab.names['netns'][-1]}, "
-                  f"addresses {lab.addresses[0]}..{lab.addresses[-1]}; 'python -m bench.lab down' removes it")
+            lab = network.up(tag=args.tag, subnet=args.subnet, owner=args.owner, **shape_of(args))
+            print(f"lab {args.tag}: {describe(lab)}; 'python -m bench.lab down' removes it")
             return 0
         if args.command == "exec":
             argv = args.args[1:] if args.args[:1] == ["--"] else args.args
             lab = network.load(args.tag)
             command = network.mpmd_command(lab, experiments.mpiexec_path(), [sys.executable, *argv])
-            return subprocess.run(command, env={**os.environ, **network.mpi_environment()}).returncode
+            return subprocess.run(command, env={**os.environ, **network.mpi_environment(lab)}).returncode
         sizes = [parse_size(s) for s in args.sizes.split(",")] if args.sizes else None
         records = experiments.run_all(args.out, args.tag, args.only, sizes, owner=args.owner)
         print(open(os.path.join(args.out, "summary.md")).read())

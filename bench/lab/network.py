@@ -1,22 +1,41 @@
-"""An emulated cluster on one machine: K network namespaces on a Linux bridge, every ordered
-pair of them shaped to its own rate with HTB.
+"""An emulated cluster on one machine: K network namespaces (the nodes) on Linux bridges,
+every ordered pair of nodes shaped to its own rate with HTB, optionally a NIC cap on each
+node's total egress and ingress, and racks joined through shaped uplinks.
 
-Namespace i (``<tag>-ns<i>``) has one veth, ``<tag>-v<i>``, whose peer ``<tag>-h<i>`` is
-enslaved to the bridge ``<tag>-br`` in the root namespace; its address is host i+1 of a
-private /24 that exists only inside the namespaces (the bridge has no address). On each
-``<tag>-v<i>``, an HTB qdisc has one class per destination j, rate = ceil = the configured
-i -> j rate, selected by a u32 filter on j's address; everything else (ARP) goes to an
-unshaped default class. HTB counts whole Ethernet frames, so TCP goodput is about
-1448/1514 = 0.956 of the configured rate (``GOODPUT``).
+Node i is the namespace ``<tag>-ns<i>``, with one veth, ``<tag>-v<i>``, whose peer
+``<tag>-h<i>`` is enslaved to a bridge in the root namespace; its address is host i+1 of a
+private /24 that exists only inside the namespaces (no bridge has an address). Without racks
+every node is on one bridge, ``<tag>-br``; with ``racks`` (the rack of each node) rack r's
+nodes are on ``<tag>-br<r>``, and each rack bridge is joined to a core bridge ``<tag>-core``
+by a veth pair, ``<tag>-u<r>`` (rack side) and ``<tag>-c<r>`` (core side).
+
+Shaping (HTB; each qdisc's default class 1:1 is unshaped, and pure TCP ACKs skip the shaped
+classes):
+
+* on ``<tag>-v<i>`` (what node i sends), one class per destination j, ``1:<j+16>``, at the
+  configured i -> j rate, chosen by a u32 filter on j's address. With a NIC egress cap the
+  per-destination classes are children of a class ``1:2`` at the NIC rate and borrow from it
+  (child rate = the NIC rate / (K-1), ceil = the link rate), so their sum is capped;
+* on ``<tag>-h<i>`` (what the bridge delivers into node i), with a NIC ingress cap, one class
+  ``1:2`` at that rate for every IP packet;
+* on ``<tag>-u<r>`` (traffic leaving rack r) and ``<tag>-c<r>`` (entering it), with an
+  uplink rate, one class ``1:2`` at that rate.
+
+HTB counts whole Ethernet frames, so TCP goodput is about 1448/1514 = 0.956 of the configured
+rate (``GOODPUT``). A node runs ``ranks_per_node`` MPI ranks (:func:`mpmd_command`), each in
+its own UTS namespace with the node's hostname; with more than one, they share memory as on a
+real node and MPICH is told that there are K nodes (:func:`mpi_environment`).
 
 Every name is recorded in a state file as soon as it is created, and :func:`down` deletes
 exactly the recorded names, so teardown never touches anything this module did not make.
 :func:`up` refuses to start when any of its names, or its subnet, is already in use.
-Needs root and iproute2 (``ip``, ``tc``).
+Needs root, iproute2 (``ip``, ``tc``) and ``unshare`` (util-linux).
 """
 
 import ipaddress
 import json
+import math
+import numbers
 import os
 import re
 import shutil
@@ -28,26 +47,40 @@ GOODPUT = 1448 / 1514
 STATE_DIR = "/run/allreduce-lab"
 DEFAULT_TAG = "arlab"
 DEFAULT_SUBNET = "10.231.47.0/24"
+MAX_NODES = 64
 _UNSHAPED = "10gbit"
+# The shell that gives a rank its node's hostname inside its own UTS namespace ($0 = the name).
+_SET_HOSTNAME = 'echo "$0" > /proc/sys/kernel/hostname && exec "$@"'
 
 
 class LabError(RuntimeError):
     """The lab cannot be built or used here (a clear, single-line reason)."""
 
 
-def names(tag, k):
-    """The names a lab of ``k`` namespaces with ``tag`` uses: namespaces, bridge, host veths, inner veths."""
-    return {"netns": [f"{tag}-ns{i}" for i in range(k)], "bridge": f"{tag}-br",
+def names(tag, k, racks=None):
+    """The names a lab of ``k`` nodes with ``tag`` (and ``racks`` racks, a number, or None for
+    one bridge) uses: namespaces, bridges, host veths, inner veths, uplinks."""
+    n = 0 if racks is None else int(racks)
+    return {"netns": [f"{tag}-ns{i}" for i in range(k)],
+            "bridge": f"{tag}-br" if racks is None else f"{tag}-core",
+            "rack_bridges": [f"{tag}-br{r}" for r in range(n)],
+            "uplinks": [f"{tag}-u{r}" for r in range(n)], "core_ports": [f"{tag}-c{r}" for r in range(n)],
             "host_veths": [f"{tag}-h{i}" for i in range(k)], "veths": [f"{tag}-v{i}" for i in range(k)]}
+
+
+def _links_of(planned):
+    """The root-namespace link names of a :func:`names` dict."""
+    return [planned["bridge"], *planned["rack_bridges"], *planned["uplinks"], *planned["core_ports"],
+            *planned["host_veths"]]
 
 
 def requirements():
     """None when this process can build a lab, else the reason it cannot."""
     if os.geteuid() != 0:
         return "the network lab needs root (network namespaces, veths, tc)"
-    for tool in ("ip", "tc"):
+    for tool, package in (("ip", "iproute2"), ("tc", "iproute2"), ("unshare", "util-linux")):
         if shutil.which(tool) is None:
-            return f"the network lab needs iproute2: '{tool}' is not on PATH (apt-get install iproute2)"
+            return f"the network lab needs {package}: '{tool}' is not on PATH (apt-get install {package})"
     probe = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
     if probe.returncode != 0:
         return f"'ip netns' does not work here: {probe.stderr.strip()}"
@@ -70,14 +103,14 @@ def _validate_tag(tag):
         raise LabError(f"lab tag {tag!r}: use 1-7 lowercase letters or digits, starting with a letter")
 
 
-def _taken(tag, k, subnet):
+def _taken(tag, k, subnet, racks=None):
     """What is already in use among this lab's names and subnet."""
-    planned = names(tag, k)
+    planned = names(tag, k, racks)
     existing_ns = set(_run(["ip", "netns", "list"]).stdout.split())
     existing_links = {line.split(":")[1].strip().split("@")[0]
                       for line in _run(["ip", "-o", "link", "show"]).stdout.splitlines() if ":" in line}
     taken = [n for n in planned["netns"] if n in existing_ns]
-    taken += [n for n in [planned["bridge"], *planned["host_veths"]] if n in existing_links]
+    taken += [n for n in _links_of(planned) if n in existing_links]
     if os.path.exists(_state_path(tag)):
         taken.append(f"state file {_state_path(tag)} (a lab with tag {tag!r} is up; 'down' it first)")
     network = ipaddress.ip_network(subnet)
@@ -88,40 +121,36 @@ def _taken(tag, k, subnet):
     return taken
 
 
-class Lab:
-    """A lab that is up: its size, names, addresses and the configured rates (Mbit/s)."""
+def _rate(value, what):
+    """A positive finite Mbit/s, or None (unshaped)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
+        raise LabError(f"{what}: {value!r} is not a positive number of Mbit/s")
+    return float(value)
 
-    def __init__(self, tag, rates_mbit, subnet):
-        self.tag = tag
-        self.rates = np.asarray(rates_mbit, dtype=float)
-        self.k = len(self.rates)
-        self.subnet = subnet
-        self.names = names(tag, self.k)
-        hosts = list(ipaddress.ip_network(subnet).hosts())
-        self.addresses = [str(hosts[i]) for i in range(self.k)]
 
-    def netns(self, i):
-        return self.names["netns"][i]
-
-    def veth(self, i):
-        return self.names["veths"][i]
-
-    def class_id(self, j):
-        """The HTB class (``1:<hex>``) that carries traffic to namespace j."""
-        return f"1:{j + 16:x}"
-
-    def class_bytes(self):
-        """Bytes each shaped class has sent: a K x K matrix (i -> j), from ``tc -s class show``."""
-        sent = np.zeros((self.k, self.k), dtype=np.int64)
-        ids = {self.class_id(j): j for j in range(self.k)}
-        for i in range(self.k):
-            out = _run(["ip", "netns", "exec", self.netns(i), "tc", "-s", "class", "show", "dev", self.veth(i)]).stdout
-            for block in out.split("class htb ")[1:]:
-                j = ids.get(block.split()[0])
-                match = re.search(r"Sent (\d+) bytes", block)
-                if j is not None and match:
-                    sent[i, j] = int(match.group(1))
-        return sent
+def _two_way(spec, count, what):
+    """``spec`` (None, a number for all, or a list of ``count`` entries, each None, a number, or
+    a pair (out, in)) as ``count`` [out, in] pairs of Mbit/s or None; None when nothing is set."""
+    if spec is None:
+        return None
+    if isinstance(spec, numbers.Real) and not isinstance(spec, bool):
+        entries = [spec] * count
+    else:
+        entries = list(spec)
+        if len(entries) != count:
+            raise LabError(f"{what}: {len(entries)} entries for {count} {'racks' if 'uplink' in what else 'nodes'}")
+    pairs = []
+    for n, entry in enumerate(entries):
+        if entry is None or isinstance(entry, numbers.Real):
+            pair = [entry, entry]
+        else:
+            pair = list(entry)
+            if len(pair) != 2:
+                raise LabError(f"{what}[{n}]: give one number or a pair (egress, ingress), got {entry!r}")
+        pairs.append([_rate(pair[0], f"{what}[{n}]"), _rate(pair[1], f"{what}[{n}]")])
+    return None if all(p == [None, None] for p in pairs) else pairs
 
 
 def validate_rates(rates_mbit):
@@ -132,29 +161,232 @@ def validate_rates(rates_mbit):
     off = ~np.eye(len(rates), dtype=bool)
     if not np.all(np.isfinite(rates[off])) or np.any(rates[off] <= 0):
         raise LabError("every off-diagonal rate must be a positive number of Mbit/s")
-    if len(rates) > 64:
-        raise LabError(f"{len(rates)} namespaces: at most 64")
+    if len(rates) > MAX_NODES:
+        raise LabError(f"{len(rates)} namespaces: at most {MAX_NODES}")
     return rates
 
 
-def up(rates_mbit, tag=DEFAULT_TAG, subnet=DEFAULT_SUBNET, owner=None):
+def validate_racks(racks, k):
+    """The rack of each of ``k`` nodes: racks numbered 0..n-1, each with a node; or None."""
+    if racks is None:
+        return None
+    racks = list(racks)
+    if len(racks) != k or not all(isinstance(r, numbers.Integral) and not isinstance(r, bool) and r >= 0 for r in racks):
+        raise LabError(f"racks: give the rack (0, 1, ...) of each of the {k} nodes, got {racks!r}")
+    racks = [int(r) for r in racks]
+    missing = sorted(set(range(max(racks) + 1)) - set(racks))
+    if missing:
+        raise LabError(f"racks: rack {missing[0]} has no node (number the racks 0..n-1)")
+    return racks
+
+
+class Lab:
+    """A lab that is up: its nodes, ranks, names, addresses and the configured rates (Mbit/s)."""
+
+    def __init__(self, tag, rates_mbit, subnet, ranks_per_node=1, nic_mbit=None, racks=None, uplink_mbit=None):
+        self.tag = tag
+        self.rates = validate_rates(rates_mbit)
+        self.k = len(self.rates)
+        if isinstance(ranks_per_node, bool) or not isinstance(ranks_per_node, numbers.Integral) or ranks_per_node < 1:
+            raise LabError(f"ranks per node: {ranks_per_node!r} is not a positive whole number")
+        self.ranks_per_node = int(ranks_per_node)
+        self.ranks = self.k * self.ranks_per_node
+        self.subnet = subnet
+        # [egress, ingress] Mbit/s per node (None: not capped), or None: no NIC caps at all
+        self.nic = _two_way(nic_mbit, self.k, "nic_mbit")
+        self.racks = validate_racks(racks, self.k)
+        self.n_racks = 0 if self.racks is None else max(self.racks) + 1
+        if uplink_mbit is not None and self.racks is None:
+            raise LabError("uplink_mbit needs racks (the rack of each node)")
+        # [up (out of the rack), down (into it)] Mbit/s per rack, or None
+        self.uplinks = _two_way(uplink_mbit, self.n_racks, "uplink_mbit") if self.racks is not None else None
+        self.names = names(tag, self.k, None if self.racks is None else self.n_racks)
+        hosts = list(ipaddress.ip_network(subnet).hosts())
+        if len(hosts) < self.k:
+            raise LabError(f"subnet {subnet} has {len(hosts)} addresses for {self.k} nodes")
+        self.addresses = [str(hosts[i]) for i in range(self.k)]
+
+    def netns(self, i):
+        return self.names["netns"][i]
+
+    def veth(self, i):
+        return self.names["veths"][i]
+
+    def host_veth(self, i):
+        return self.names["host_veths"][i]
+
+    def hostname(self, i):
+        """The hostname every rank of node i sees."""
+        return f"{self.tag}-node{i}"
+
+    def node_of(self, rank):
+        """The node (namespace) that runs ``rank``: ranks are numbered node by node."""
+        if not 0 <= rank < self.ranks:
+            raise LabError(f"rank {rank}: the lab has ranks 0..{self.ranks - 1}")
+        return rank // self.ranks_per_node
+
+    def bridge_of(self, i):
+        """The bridge node i's host veth is on."""
+        return self.names["bridge"] if self.racks is None else self.names["rack_bridges"][self.racks[i]]
+
+    def nic_of(self, i):
+        """Node i's NIC cap, [egress, ingress] Mbit/s (None: not capped)."""
+        return [None, None] if self.nic is None else list(self.nic[i])
+
+    def uplink_of(self, r):
+        """Rack r's uplink, [up, down] Mbit/s (None: not shaped)."""
+        return [None, None] if self.uplinks is None else list(self.uplinks[r])
+
+    def class_id(self, j):
+        """The HTB class (``1:<hex>``) that carries traffic to namespace j."""
+        return f"1:{j + 16:x}"
+
+    def shape(self):
+        """Everything configured, as plain JSON-ready values: the record of what the lab emulates.
+
+        ``nodes`` (K), ``ranks_per_node`` (R), ``ranks`` (K x R), ``hostnames``, ``rates_mbit`` (K x K,
+        node to node), ``nic_mbit`` ([egress, ingress] per node, None entries uncapped; None: no NIC
+        caps), ``racks`` (rack of each node, or None: one bridge), ``uplink_mbit`` ([up, down] per
+        rack, or None), ``oversubscription`` (per rack: the sum of its nodes' egress capacity, the NIC
+        or else the fastest link, over the uplink's up rate; None where unshaped), ``goodput_factor``."""
+        over = None
+        if self.racks is not None:
+            over = []
+            for r in range(self.n_racks):
+                up_rate = self.uplink_of(r)[0]
+                capacity = sum(_egress_capacity(self, i) for i in range(self.k) if self.racks[i] == r)
+                over.append(None if up_rate is None else round(capacity / up_rate, 4))
+        return {"nodes": self.k, "ranks_per_node": self.ranks_per_node, "ranks": self.ranks,
+                "hostnames": [self.hostname(i) for i in range(self.k)], "rates_mbit": self.rates.tolist(),
+                "nic_mbit": None if self.nic is None else [list(p) for p in self.nic],
+                "racks": None if self.racks is None else list(self.racks),
+                "uplink_mbit": None if self.uplinks is None else [list(p) for p in self.uplinks],
+                "oversubscription": over, "goodput_factor": GOODPUT}
+
+    def class_bytes(self):
+        """Bytes each shaped class has sent: a K x K matrix (i -> j), from ``tc -s class show``."""
+        sent = np.zeros((self.k, self.k), dtype=np.int64)
+        for i in range(self.k):
+            counts = _htb_bytes(self.veth(i), self.netns(i))
+            for j in range(self.k):
+                if j != i:
+                    sent[i, j] = counts.get(self.class_id(j), 0)
+        return sent
+
+    def nic_bytes(self):
+        """Bytes through each node's NIC caps: K x 2 (egress class 1:2 on its veth, ingress class
+        1:2 on its host veth); 0 where not capped."""
+        sent = np.zeros((self.k, 2), dtype=np.int64)
+        for i in range(self.k):
+            egress, ingress = self.nic_of(i)
+            if egress is not None:
+                sent[i, 0] = _htb_bytes(self.veth(i), self.netns(i)).get("1:2", 0)
+            if ingress is not None:
+                sent[i, 1] = _htb_bytes(self.host_veth(i)).get("1:2", 0)
+        return sent
+
+    def uplink_bytes(self):
+        """Bytes through each rack's shaped uplink: n_racks x 2 (up, down); 0 where unshaped."""
+        sent = np.zeros((self.n_racks, 2), dtype=np.int64)
+        for r in range(self.n_racks):
+            for d, dev in enumerate((self.names["uplinks"][r], self.names["core_ports"][r])):
+                if self.uplink_of(r)[d] is not None:
+                    sent[r, d] = _htb_bytes(dev).get("1:2", 0)
+        return sent
+
+
+def _egress_capacity(lab, i):
+    """The most node i can send: its NIC egress cap, else its fastest link."""
+    egress = lab.nic_of(i)[0]
+    return egress if egress is not None else float(max(lab.rates[i, j] for j in range(lab.k) if j != i))
+
+
+def _htb_bytes(dev, netns=None):
+    """class id -> bytes sent, of the HTB classes on ``dev`` (in ``netns``, or the root namespace)."""
+    prefix = [] if netns is None else ["ip", "netns", "exec", netns]
+    out = _run([*prefix, "tc", "-s", "class", "show", "dev", dev]).stdout
+    counts = {}
+    for block in out.split("class htb ")[1:]:
+        match = re.search(r"Sent (\d+) bytes", block)
+        if match:
+            counts[block.split()[0]] = int(match.group(1))
+    return counts
+
+
+def rack_layout(nodes, racks):
+    """The rack of each of ``nodes`` nodes in ``racks`` racks of consecutive nodes (as even as can be)."""
+    if not 1 <= racks <= nodes:
+        raise LabError(f"{racks} racks for {nodes} nodes: give 1 to {nodes}")
+    return [i * racks // nodes for i in range(nodes)]
+
+
+def oversubscribed(nodes, racks, nic_mbit, oversubscription=1.0, rates_mbit=None):
+    """``racks`` and ``uplink_mbit`` for :func:`up`: ``racks`` racks of consecutive nodes, each
+    uplink = (the rack's nodes x the NIC rate) / ``oversubscription``, both directions. E.g.
+    2 racks of 4 nodes at 2:1 with 200 Mbit/s NICs: ``oversubscribed(8, 2, 200, 2)`` gives
+    uplinks of 400 Mbit/s. ``nic_mbit``: a number, or per node (the egress rates are summed);
+    where a node has no NIC cap its fastest link in ``rates_mbit`` counts instead."""
+    layout = rack_layout(nodes, racks)
+    if isinstance(oversubscription, bool) or not isinstance(oversubscription, numbers.Real) \
+            or not math.isfinite(oversubscription) or oversubscription <= 0:
+        raise LabError(f"oversubscription {oversubscription!r}: give a positive ratio (2 for 2:1)")
+    nic = _two_way(nic_mbit, nodes, "nic_mbit") or [[None, None] for _ in range(nodes)]
+    capacity = []
+    for i in range(nodes):
+        if nic[i][0] is not None:
+            capacity.append(nic[i][0])
+        elif rates_mbit is not None:
+            capacity.append(float(max(rates_mbit[i][j] for j in range(nodes) if j != i)))
+        else:
+            raise LabError(f"an oversubscribed uplink needs node {i}'s NIC egress rate (or the link rates)")
+    uplinks = [sum(capacity[i] for i in range(nodes) if layout[i] == r) / oversubscription for r in range(racks)]
+    return {"racks": layout, "uplink_mbit": uplinks}
+
+
+def slow_nic(nic_mbit, nodes, node, mbit):
+    """``nic_mbit`` (as :func:`up` takes it) with node ``node``'s NIC at ``mbit`` both ways: one slow NIC."""
+    pairs = _two_way(nic_mbit, nodes, "nic_mbit") or [[None, None] for _ in range(nodes)]
+    if not 0 <= node < nodes:
+        raise LabError(f"slow NIC on node {node}: the lab has nodes 0..{nodes - 1}")
+    pairs[node] = [_rate(mbit, "slow NIC"), _rate(mbit, "slow NIC")]
+    return pairs
+
+
+def slow_pair(rates_mbit, a, b, mbit):
+    """A copy of the K x K ``rates_mbit`` with the link a <-> b at ``mbit`` both ways: one slow pair."""
+    rates = np.array(rates_mbit, dtype=float)
+    if a == b or not (0 <= a < len(rates) and 0 <= b < len(rates)):
+        raise LabError(f"slow pair {a}:{b}: give two different nodes of 0..{len(rates) - 1}")
+    rates[a, b] = rates[b, a] = _rate(mbit, "slow pair")
+    return rates
+
+
+def up(rates_mbit, tag=DEFAULT_TAG, subnet=DEFAULT_SUBNET, owner=None, ranks_per_node=1, nic_mbit=None,
+       racks=None, uplink_mbit=None):
     """Build the lab; returns a :class:`Lab`. On any failure, what was built is torn down.
-    ``owner`` (any string) is recorded, so that ``down(tag, owner)`` leaves other owners' labs alone."""
+
+    ``rates_mbit``: K x K node-to-node rates. ``ranks_per_node``: MPI ranks per node (namespace).
+    ``nic_mbit``: each node's cap on its total egress and ingress (a number for all, or per node a
+    number or (egress, ingress); None: no cap). ``racks``: the rack of each node (None: one bridge).
+    ``uplink_mbit``: each rack's uplink to the core, per direction (a number, or per rack a number
+    or (up, down); None: unshaped). ``owner`` (any string) is recorded, so that ``down(tag, owner)``
+    leaves other owners' labs alone."""
     reason = requirements()
     if reason:
         raise LabError(reason)
     _validate_tag(tag)
-    rates = validate_rates(rates_mbit)
-    k = len(rates)
-    taken = _taken(tag, k, subnet)
+    lab = Lab(tag, rates_mbit, subnet, ranks_per_node, nic_mbit, racks, uplink_mbit)
+    k = lab.k
+    taken = _taken(tag, k, subnet, None if lab.racks is None else lab.n_racks)
     if taken:
         raise LabError("refusing to start, already in use: " + ", ".join(taken))
-    lab = Lab(tag, rates, subnet)
     os.makedirs(STATE_DIR, exist_ok=True)
-    created = {"tag": tag, "owner": owner, "subnet": subnet, "rates_mbit": rates.tolist(), "netns": [], "links": []}
+    created = {"tag": tag, "owner": owner, "subnet": subnet, "rates_mbit": lab.rates.tolist(),
+               "ranks_per_node": lab.ranks_per_node, "nic_mbit": lab.nic, "racks": lab.racks,
+               "uplink_mbit": lab.uplinks, "netns": [], "links": []}
 
-    def record(kind, name):
-        created[kind].append(name)
+    def record(kind, *new):
+        created[kind].extend(new)
         tmp = _state_path(tag) + ".tmp"
         with open(tmp, "w") as f:
             json.dump(created, f)
@@ -165,43 +397,85 @@ def up(rates_mbit, tag=DEFAULT_TAG, subnet=DEFAULT_SUBNET, owner=None):
         _run(["ip", "link", "add", bridge, "type", "bridge"])
         record("links", bridge)
         _run(["ip", "link", "set", bridge, "up"])
+        for r in range(lab.n_racks):
+            rack, uplink, port = (lab.names[key][r] for key in ("rack_bridges", "uplinks", "core_ports"))
+            _run(["ip", "link", "add", rack, "type", "bridge"])
+            record("links", rack)
+            _run(["ip", "link", "set", rack, "up"])
+            _run(["ip", "link", "add", uplink, "type", "veth", "peer", "name", port])
+            record("links", uplink, port)
+            for dev, master, rate in ((uplink, rack, lab.uplink_of(r)[0]), (port, bridge, lab.uplink_of(r)[1])):
+                _run(["ip", "link", "set", dev, "master", master])
+                _run(["ip", "link", "set", dev, "up"])
+                if rate is not None:
+                    _run(["tc", "-batch", "-"], stdin=_single_class(dev, rate))
         prefix = ipaddress.ip_network(subnet).prefixlen
         for i in range(k):
-            ns, host, inner = lab.netns(i), lab.names["host_veths"][i], lab.veth(i)
+            ns, host, inner = lab.netns(i), lab.host_veth(i), lab.veth(i)
             _run(["ip", "netns", "add", ns])
             record("netns", ns)
             _run(["ip", "link", "add", host, "type", "veth", "peer", "name", inner, "netns", ns])
             record("links", host)
-            _run(["ip", "link", "set", host, "master", bridge])
+            _run(["ip", "link", "set", host, "master", lab.bridge_of(i)])
             _run(["ip", "link", "set", host, "up"])
             commands = ["link set lo up", f"link set {inner} up", f"addr add {lab.addresses[i]}/{prefix} dev {inner}"]
             _run(["ip", "-n", ns, "-batch", "-"], stdin="\n".join(commands) + "\n")
             # a pipelined collective leaves a link idle between segments: keep TCP's window then
             _run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.tcp_slow_start_after_idle=0"])
             _run(["ip", "netns", "exec", ns, "tc", "-batch", "-"], stdin=_shaping(lab, i))
+            ingress = lab.nic_of(i)[1]
+            if ingress is not None:
+                _run(["tc", "-batch", "-"], stdin=_single_class(host, ingress))
         return lab
     except BaseException:
         down(tag, owner)
         raise
 
 
+# pure TCP ACKs (20-byte IP header, length < 64, flags ACK only) skip the shaped queues:
+# behind a full queue they would throttle the opposite direction of the same pair
+def _ack_bypass(dev):
+    return (f"filter add dev {dev} parent 1: protocol ip prio 0 u32 match ip protocol 6 0xff "
+            "match u8 0x05 0x0f at 0 match u16 0x0000 0xffc0 at 2 match u8 0x10 0xff at 33 flowid 1:1")
+
+
+def _mbit(rate):
+    return f"{rate:.6g}mbit"
+
+
 def _shaping(lab, i):
-    """tc batch commands: HTB on namespace i's veth, one class and u32 filter per destination."""
+    """tc batch commands: HTB on namespace i's veth, one class and u32 filter per destination,
+    under a class at the NIC's egress rate when node i has one."""
     dev = lab.veth(i)
     lines = [f"qdisc add dev {dev} root handle 1: htb default 1",
              f"class add dev {dev} parent 1: classid 1:1 htb rate {_UNSHAPED} ceil {_UNSHAPED}",
-             # pure TCP ACKs (20-byte IP header, length < 64, flags ACK only) skip the shaped queues:
-             # behind a full queue they would throttle the opposite direction of the same pair
-             f"filter add dev {dev} parent 1: protocol ip prio 0 u32 match ip protocol 6 0xff "
-             "match u8 0x05 0x0f at 0 match u16 0x0000 0xffc0 at 2 match u8 0x10 0xff at 33 flowid 1:1"]
+             _ack_bypass(dev)]
+    nic = lab.nic_of(i)[0]
+    parent = "1:"
+    if nic is not None:
+        lines.append(f"class add dev {dev} parent 1: classid 1:2 htb rate {_mbit(nic)} ceil {_mbit(nic)}")
+        parent = "1:2"
     for j in range(lab.k):
         if j == i:
             continue
-        rate = f"{lab.rates[i, j]:g}mbit"
-        lines.append(f"class add dev {dev} parent 1: classid {lab.class_id(j)} htb rate {rate} ceil {rate}")
+        ceil = float(lab.rates[i, j]) if nic is None else min(float(lab.rates[i, j]), nic)
+        # HTB does not cap the sum of children's guaranteed rates: under a NIC they must borrow
+        rate = ceil if nic is None else min(ceil, nic / (lab.k - 1))
+        lines.append(f"class add dev {dev} parent {parent} classid {lab.class_id(j)} htb "
+                     f"rate {_mbit(rate)} ceil {_mbit(ceil)}")
         lines.append(f"filter add dev {dev} parent 1: protocol ip prio 1 u32 match ip dst "
                      f"{lab.addresses[j]}/32 flowid {lab.class_id(j)}")
     return "\n".join(lines) + "\n"
+
+
+def _single_class(dev, rate):
+    """tc batch commands: every IP packet leaving ``dev`` (in the root namespace) at ``rate``
+    Mbit/s, class 1:2; pure TCP ACKs and non-IP frames (ARP) unshaped."""
+    return "\n".join([f"qdisc add dev {dev} root handle 1: htb default 1",
+                      f"class add dev {dev} parent 1: classid 1:1 htb rate {_UNSHAPED} ceil {_UNSHAPED}",
+                      f"class add dev {dev} parent 1: classid 1:2 htb rate {_mbit(rate)} ceil {_mbit(rate)}",
+                      _ack_bypass(dev),
+                      f"filter add dev {dev} parent 1: protocol ip prio 1 u32 match u32 0 0 flowid 1:2"]) + "\n"
 
 
 def down(tag=DEFAULT_TAG, owner=None):
@@ -238,20 +512,42 @@ def load(tag=DEFAULT_TAG):
             created = json.load(f)
     except FileNotFoundError:
         raise LabError(f"no lab with tag {tag!r} is up (no {_state_path(tag)})") from None
-    return Lab(tag, created["rates_mbit"], created["subnet"])
+    return Lab(tag, created["rates_mbit"], created["subnet"], created.get("ranks_per_node", 1),
+               created.get("nic_mbit"), created.get("racks"), created.get("uplink_mbit"))
 
 
 def mpmd_command(lab, mpiexec, argv, ranks=None):
-    """An ``mpiexec`` MPMD command line: rank i runs ``argv`` inside namespace i with its veth as
-    the libfabric TCP interface. Set :func:`mpi_environment` in the launcher's environment."""
+    """An ``mpiexec`` MPMD command line: node i runs ``ranks_per_node`` ranks of ``argv`` inside
+    namespace i, each in its own UTS namespace with the node's hostname (:meth:`Lab.hostname`)
+    and with the node's veth as the libfabric TCP interface; ranks are numbered node by node.
+    ``ranks``: only the first that many ranks (default all). Set :func:`mpi_environment` in the
+    launcher's environment."""
+    total = lab.ranks if ranks is None else ranks
+    if not 1 <= total <= lab.ranks or total % lab.ranks_per_node:
+        raise LabError(f"{total} ranks: the lab has {lab.ranks}, {lab.ranks_per_node} on each node "
+                       "(run whole nodes)")
     command = [mpiexec]
-    for i in range(lab.k if ranks is None else ranks):
+    for i in range(lab.node_of(total - 1) + 1):
+        count = min(lab.ranks_per_node, total - i * lab.ranks_per_node)
         if i:
             command.append(":")
-        command += ["-n", "1", "ip", "netns", "exec", lab.netns(i), "env", f"FI_TCP_IFACE={lab.veth(i)}", *argv]
+        command += ["-n", str(count), "ip", "netns", "exec", lab.netns(i),
+                    "unshare", "--uts", "sh", "-c", _SET_HOSTNAME, lab.hostname(i),
+                    "env", f"FI_TCP_IFACE={lab.veth(i)}", *argv]
     return command
 
 
-def mpi_environment():
-    """MPICH over libfabric TCP and never shared memory, so every byte crosses the shaped veths."""
-    return {"MPIR_CVAR_NOLOCAL": "1", "MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp"}
+def mpi_environment(lab=None, ranks=None):
+    """MPICH's settings for a job in ``lab`` (of ``ranks`` ranks, as :func:`mpmd_command`'s;
+    default all): over libfabric TCP. One rank per node (or no lab): never shared memory, so
+    every byte crosses the shaped veths. More: the ranks of a node share memory, and MPICH sees
+    one node per namespace, blocks of R consecutive ranks (cliques), so only bytes between nodes
+    cross the veths."""
+    env = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp"}
+    if lab is None:
+        return {"MPIR_CVAR_NOLOCAL": "1", **env}
+    nodes = lab.k if ranks is None else -(-ranks // lab.ranks_per_node)
+    cliques = {"MPIR_CVAR_NUM_CLIQUES": str(nodes), "MPIR_CVAR_CLIQUES_BY_BLOCK": "1", **env}
+    if lab.ranks_per_node == 1:  # a node per rank for Split_type(SHARED) too
+        return {"MPIR_CVAR_NOLOCAL": "1", **cliques}
+    return {"MPIR_CVAR_NOLOCAL": "0", **cliques}

@@ -1,0 +1,324 @@
+"""Hierarchical all-reduce, as NCCL and Horovod run it on nodes of several GPUs: reduce-scatter
+within each node, all-reduce each shard across the nodes, all-gather within each node.
+
+Nodes. The ranks that share memory (``Split_type(COMM_TYPE_SHARED)``), or the nodes that
+``ALLREDUCE_NODE_MAP`` names, one integer id per rank of the communicator (``0,0,1,1``; any
+integers, in any order: ``1,0,1,0`` is two nodes of ranks {0, 2} and {1, 3}). Node k is the
+k-th id in rank order; a rank's local rank is its place among its node's ranks, in rank order.
+K nodes of n_0..n_{K-1} ranks; L = max n_k.
+
+Shard layout. The vector is cut into L pieces (:func:`layout.chunk_offsets`, sizes differing
+by at most one, the larger first). On node k piece p belongs to local rank p mod n_k, so on a
+node of L ranks local rank i holds piece i, and on a smaller node a local rank holds several.
+Every piece has exactly one owner on every node, so each element is reduced across the nodes
+exactly once, among its piece's K owners.
+
+1. Reduce-scatter within the node (:func:`ring.reduce_scatter` on the node's communicator), in
+   rounds of n_k consecutive pieces: a round's pieces are exactly the n_k ring chunks of their
+   span (consecutive pieces are non-increasing sizes c+1..c, as ``chunk_offsets`` cuts), so the
+   ring reduces them in place in the result vector. When n_k does not divide L, the last
+   round's m < n_k pieces go through a scratch vector of n_k chunks of the largest piece's
+   size, zero-padded (the padding and the n_k - m spare chunks are reduced and thrown away).
+2. All-reduce of each owned piece across the nodes on the communicator of that piece's owners
+   (one per node, its rank the node's index): the ring (:func:`ring.allreduce`), or with
+   ``ALLREDUCE_HIER_ACROSS=bamtree`` the pipelined tree executor (:func:`tree.allreduce`) on the
+   bottleneck-matched tree (``topology.build_tree(method="bam")``) over the inter-node matrix:
+   the bandwidths between the nodes' first ranks, from the rank-level ``bandwidth=`` matrix.
+   A rank that owns several pieces reduces them in increasing order, as every rank does, so
+   the smallest unfinished piece always has all its owners at it: no cycle of waits.
+3. All-gather within the node (:func:`ring.all_gather`), in the same rounds.
+
+With K nodes of n ranks each rank moves 2(n-1)/n M within its node and 2(K-1)/K M/n across,
+so a node's port to the network carries 2(K-1)/K M, where a flat ring over the N = nK ranks
+carries 2(N-1)/N M through every rank, and n of its steps per node cross the network.
+
+The sub-communicators (the node's, and one per owned piece) are built once per communicator
+(:meth:`executor.Private.resource`, collective the first time), each a :class:`Private` of
+its own with its own transport, and freed with the communicator, before ``MPI_Finalize``.
+On one node the node is the communicator itself, and with one rank per node so is the one
+piece's communicator: those run on the caller's :class:`Collective`, and nothing is built.
+Collectives on the sub-communicators never call ``finish``: ``avg`` is summed here and
+divided once by the whole rank count by the caller (:meth:`Collective.finish`).
+"""
+
+import functools
+import hashlib
+import os
+import zlib
+
+import numpy as np
+from mpi4py import MPI
+
+from topology import BandwidthMatrix, as_matrix, build_tree
+
+from . import ring
+from . import tree as tree_executor
+from .executor import Private, private_comm
+from .layout import chunk_offsets
+from .settings import setting
+
+__all__ = ["Layout", "allreduce", "layout_of", "node_layout", "prepare"]
+
+RESOURCE = "hier"  # the name of the Layout among a Private's resources
+_NEEDS_BANDWIDTH = ("algorithm 'hier' with ALLREDUCE_HIER_ACROSS=bamtree builds its tree across nodes from "
+                    "link bandwidths, and none was given: pass bandwidth= (an S x S matrix in GB/s, or a file "
+                    "from 'python -m topology probe')")
+
+
+def node_layout(labels):
+    """``(node index per rank, members per node)`` from any node ids per rank: nodes numbered
+    in order of their first rank, members in rank order."""
+    order = {}
+    index = [order.setdefault(label, len(order)) for label in labels]
+    members = [[] for _ in order]
+    for rank, node in enumerate(index):
+        members[node].append(rank)
+    return index, members
+
+
+def owners(members, piece):
+    """The rank that holds ``piece`` on each node, in node order."""
+    return [ranks[piece % len(ranks)] for ranks in members]
+
+
+def split_groups(members, pieces):
+    """The pieces in groups whose owners are disjoint, so each group's communicators come from one
+    ``Split``: one group when every node has L ranks."""
+    groups = []
+    for piece in range(pieces):
+        ranks = set(owners(members, piece))
+        for used, group in groups:
+            if used.isdisjoint(ranks):
+                used.update(ranks)
+                group.append(piece)
+                break
+        else:
+            groups.append((ranks, [piece]))
+    return [group for _, group in groups]
+
+
+class Layout:
+    """The node layout of a communicator and the sub-communicators hier runs on (collective:
+    built by every rank at once, through :meth:`Private.resource`; freed by :meth:`free`)."""
+
+    def __init__(self, comm):
+        size, rank = comm.Get_size(), comm.Get_rank()
+        given = setting("ALLREDUCE_NODE_MAP")
+        self.across = setting("ALLREDUCE_HIER_ACROSS")
+        if given and len(given) != size:
+            # the map is agreed on by every rank (settings.agree_settings), so every rank raises this
+            raise ValueError(f"ALLREDUCE_NODE_MAP has {len(given)} node id{'s' if len(given) != 1 else ''} "
+                             f"({','.join(map(str, given))[:200]}) for a communicator of {size} rank"
+                             f"{'s' if size != 1 else ''}: give one node id per rank")
+        self.source = "ALLREDUCE_NODE_MAP" if given else "shared memory"
+        self._privates = []  # every sub-communicator's Private, in the order they were made
+        self._trees = {}  # bandwidth key -> the BAM tree across nodes
+        node_comm = None
+        if given:
+            labels = list(given)
+        else:
+            node_comm = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
+            labels = comm.allgather(node_comm.bcast(rank, root=0))  # a node's id: its first rank
+        self.nodes, self.members = node_layout(labels)
+        self.rank, self.size = rank, size
+        node = self.nodes[rank]
+        self.local_size = len(self.members[node])
+        self.local_rank = self.members[node].index(rank)
+        self.pieces = max(len(ranks) for ranks in self.members)  # L
+        # one node: the node is the communicator itself, in the same order, so hier runs on its
+        # Collective; one rank per node: so is the one piece's communicator (node k is rank k)
+        self.node_is_whole = len(self.members) == 1
+        self.node = None  # the Private of this node's ranks; None when one rank or the whole
+        self.mine = {}  # owned piece -> the Private of its owners across the nodes (None: the whole)
+        try:
+            if self.node_is_whole:
+                if node_comm is not None:
+                    node_comm.Free()
+            else:
+                if node_comm is None:
+                    node_comm = comm.Split(node, key=rank)
+                if node_comm.Get_size() > 1:
+                    self.node = self._private(node_comm)
+                else:
+                    node_comm.Free()
+                if self.pieces == 1:
+                    self.mine[0] = None
+                for group in split_groups(self.members, self.pieces) if self.pieces > 1 else ():
+                    piece = next((p for p in group if owners(self.members, p)[node] == rank), None)
+                    sub = comm.Split(MPI.UNDEFINED if piece is None else piece, key=node)
+                    if piece is not None:
+                        self.mine[piece] = self._private(sub)
+            self.mine = dict(sorted(self.mine.items()))
+        except BaseException:
+            self.free()
+            raise
+
+    def _private(self, comm):
+        private = Private(comm)
+        self._privates.append(private)
+        return private
+
+    def describe(self):
+        """What the JSON of a run records: node index per rank, the across choice, the source."""
+        return {"nodes": list(self.nodes), "across": self.across, "source": self.source}
+
+    def across_tree(self, bandwidth):
+        """The tree across nodes (None: the ring); ``bandwidth`` from :func:`prepare`."""
+        if self.across != "bamtree":
+            return None
+        if bandwidth is None:
+            raise ValueError(_NEEDS_BANDWIDTH)
+        if len(self.members) == 1:
+            return None
+        tree = self._trees.get(bandwidth.key)
+        if tree is None:
+            firsts = [ranks[0] for ranks in self.members]
+            pick = np.ix_(firsts, firsts)
+            matrix = bandwidth.matrix
+            inter = BandwidthMatrix(matrix.bandwidth[pick], matrix.latency[pick], [matrix.hosts[r] for r in firsts])
+            if len(self._trees) >= 16:
+                self._trees.clear()
+            tree = self._trees[bandwidth.key] = build_tree(inter, root=0, method="bam")
+        return tree
+
+    def free(self):
+        """Free the sub-communicators, newest first (collective; again is a no-op)."""
+        while self._privates:
+            self._privates.pop().free()
+
+
+def layout_of(comm=None):
+    """The :class:`Layout` hier uses on ``comm`` (COMM_WORLD when None); collective the first time."""
+    return private_comm(MPI.COMM_WORLD if comm is None else comm).resource(RESOURCE, Layout)
+
+
+def allreduce(coll, sendbuf, recvbuf, bandwidth=None):
+    layout = coll.private.resource(RESOURCE, Layout)
+    tree = layout.across_tree(bandwidth)
+    count = recvbuf.size
+    if layout.size == 1 or count == 0:
+        coll.start_in(sendbuf, recvbuf)
+        return
+    xp, op = coll.xp, coll.op
+    offsets = chunk_offsets(count, layout.pieces)
+    node = coll if layout.node_is_whole else layout.node.collective(xp, op) if layout.node is not None else None
+    if node is None:
+        coll.start_in(sendbuf, recvbuf)
+    else:
+        _reduce_scatter(node, layout.pieces, sendbuf, recvbuf, offsets)
+    for piece, private in layout.mine.items():
+        lo, hi = offsets[piece], offsets[piece + 1]
+        if hi > lo:
+            shard = recvbuf[lo:hi]
+            across = coll if private is None else private.collective(xp, op)
+            if tree is None:
+                ring.allreduce(across, shard, shard)
+            else:
+                tree_executor.allreduce(across, shard, shard, [tree])
+    if node is not None:
+        _all_gather(node, layout.pieces, recvbuf, offsets)
+
+
+def _rounds(n, pieces, offsets):
+    """The full rounds' spans ``(first piece, lo, hi)``, and the last round's ``(first piece,
+    pieces in it, largest piece)`` or None when n divides the piece count."""
+    full = [(j * n, offsets[j * n], offsets[j * n + n]) for j in range(pieces // n)]
+    first = pieces // n * n
+    rest = (first, pieces - first, offsets[first + 1] - offsets[first]) if first < pieces else None
+    return full, rest
+
+
+def _reduce_scatter(node, pieces, sendbuf, recvbuf, offsets):
+    """Leave this local rank's pieces, reduced over the node, at their places in ``recvbuf``."""
+    n, i = node.size, node.rank
+    full, rest = _rounds(n, pieces, offsets)
+    for first, lo, hi in full:
+        if hi > lo:
+            ring.reduce_scatter(node, sendbuf[lo:hi], recvbuf[lo:hi],
+                                recvbuf[offsets[first + i]:offsets[first + i + 1]])
+    if rest is None or rest[2] == 0:
+        return
+    first, m, width = rest
+    pad = node.scratch(sendbuf.dtype, n * width, "hier-pad")
+    for t in range(m):
+        lo, hi = offsets[first + t], offsets[first + t + 1]
+        pad[t * width:t * width + hi - lo] = sendbuf[lo:hi]
+        pad[t * width + hi - lo:(t + 1) * width] = 0
+    pad[m * width:] = 0
+    ring.reduce_scatter(node, pad, pad, pad[i * width:(i + 1) * width])
+    if i < m:
+        lo, hi = offsets[first + i], offsets[first + i + 1]
+        recvbuf[lo:hi] = pad[i * width:i * width + hi - lo]
+
+
+def _all_gather(node, pieces, recvbuf, offsets):
+    """From this local rank's pieces (reduced everywhere) to the whole vector on every local rank."""
+    n, i = node.size, node.rank
+    full, rest = _rounds(n, pieces, offsets)
+    for _, lo, hi in full:
+        if hi > lo:
+            ring.all_gather(node, recvbuf[lo:hi])
+    if rest is None or rest[2] == 0:
+        return
+    first, m, width = rest
+    pad = node.scratch(recvbuf.dtype, n * width, "hier-pad")
+    if i < m:
+        lo, hi = offsets[first + i], offsets[first + i + 1]
+        pad[i * width:i * width + hi - lo] = recvbuf[lo:hi]
+    ring.all_gather(node, pad)
+    for t in range(m):
+        if t != i:
+            lo, hi = offsets[first + t], offsets[first + t + 1]
+            recvbuf[lo:hi] = pad[t * width:t * width + hi - lo]
+
+
+class Bandwidth:
+    """A rank-level bandwidth matrix checked for this communicator, with the checksum the
+    agreement check compares (as a tree's :meth:`topology.Tree.digest`)."""
+
+    def __init__(self, matrix, key):
+        self.matrix, self.key = matrix, key
+        self._digest = zlib.crc32(key) & 0x7FFFFFFF
+
+    def digest(self):
+        return self._digest
+
+
+def prepare(size, tree=None, bandwidth=None, name="hier"):
+    """What :func:`collectives.allreduce` passes on (``validate``): None, or the checked
+    ``bandwidth`` for ``ALLREDUCE_HIER_ACROSS=bamtree``; ``ValueError`` for what does not fit."""
+    if tree is not None:
+        raise ValueError(f"algorithm {name!r} takes no tree; with ALLREDUCE_HIER_ACROSS=bamtree it builds "
+                         "its tree across nodes from bandwidth=")
+    across = setting("ALLREDUCE_HIER_ACROSS")
+    if bandwidth is None:
+        if across == "bamtree":
+            raise ValueError(_NEEDS_BANDWIDTH)
+        return None
+    if across != "bamtree":
+        raise ValueError(f"algorithm {name!r} takes bandwidth= only with ALLREDUCE_HIER_ACROSS=bamtree "
+                         f"(it runs {across} across nodes)")
+    if isinstance(bandwidth, (str, os.PathLike)):
+        path = os.path.abspath(bandwidth)
+        try:
+            stat = os.stat(path)
+        except OSError as exc:
+            raise ValueError(f"cannot read bandwidth matrix {bandwidth}: {exc.strerror}") from None
+        return _from_file(size, path, stat.st_mtime_ns, stat.st_size)
+    matrix = bandwidth if isinstance(bandwidth, BandwidthMatrix) else as_matrix(bandwidth)
+    matrix.check_ranks(size)
+    return Bandwidth(matrix, _key(matrix))
+
+
+def _key(matrix):
+    return hashlib.blake2b(np.ascontiguousarray(matrix.bandwidth).tobytes()
+                           + np.ascontiguousarray(matrix.latency).tobytes(), digest_size=16).digest()
+
+
+@functools.lru_cache(maxsize=16)
+def _from_file(size, path, mtime_ns, nbytes):
+    matrix = as_matrix(path, ranks=size)
+    return Bandwidth(matrix, _key(matrix))
+
+
+allreduce.prepare = prepare

@@ -1,0 +1,229 @@
+"""The hierarchical all-reduce (``hier``) on the node layout the launcher sets through
+``ALLREDUCE_NODE_MAP`` (unset: the ranks that share memory), against NumPy and comm.Allreduce,
+bit for bit (the inputs are small integers, exact in any order, as in test_correctness.py).
+
+Every dtype and op, out of place, in place and recvbuf is sendbuf, counts below and above the
+rank count. Bad maps and settings raise the same error on every rank, in seconds."""
+
+import os
+import time
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import algorithms
+from algorithms import executor
+from algorithms.hier import layout_of
+from conftest import native_reference, numpy_reference, rank_input, wrong_elements
+from topology import binomial_tree, random_heterogeneous
+
+pytestmark = pytest.mark.mpi
+
+DTYPES = [dt.name for dt in algorithms.DTYPES]
+ACROSS = os.environ.get("ALLREDUCE_HIER_ACROSS", "ring")
+
+
+def extra(size):
+    """bandwidth= for the bamtree variant: a random heterogeneous matrix, the same on every rank."""
+    return {"bandwidth": random_heterogeneous(size, seed=7 + size).bandwidth} if ACROSS == "bamtree" else {}
+
+
+def expected_nodes(comm):
+    """Node index per rank, worked out here: from the map's text, or from Split_type."""
+    text = os.environ.get("ALLREDUCE_NODE_MAP", "").strip()
+    if text:
+        labels = [int(t) for t in text.split(",")]
+    else:
+        node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        labels = comm.allgather(node.allreduce(comm.rank, op=MPI.MIN))
+        node.Free()
+    first = {}
+    return [first.setdefault(label, len(first)) for label in labels]
+
+
+def counts_for(size):
+    """0, 1, 7, N-1, N+1, a prime, and a prime long enough for several segments a piece where
+    the suite sets 4 KiB ones (ALLREDUCE_SEGMENT_BYTES)."""
+    return sorted({0, 1, 7, max(size - 1, 0), size + 1, 1009, 5003})
+
+
+def ops_for(dtype):
+    return [op for op in algorithms.OPS if not (op == "avg" and np.dtype(dtype).kind != "f")]
+
+
+def test_layout_is_the_map(comm):
+    """The layout hier runs on is the launcher's, and every piece has one owner per node."""
+    layout = layout_of(comm)
+    nodes = expected_nodes(comm)
+    assert layout.describe() == {"nodes": nodes, "across": ACROSS,
+                                 "source": "ALLREDUCE_NODE_MAP" if os.environ.get("ALLREDUCE_NODE_MAP")
+                                 else "shared memory"}
+    sizes = [nodes.count(k) for k in range(max(nodes) + 1)]
+    owned = comm.allgather(sorted(layout.mine))
+    for k in range(len(sizes)):
+        if len(sizes) == 1:
+            assert all(not pieces for pieces in owned)  # one node: nothing goes across
+            continue
+        pieces = sorted(p for r in range(comm.size) if nodes[r] == k for p in owned[r])
+        assert pieces == list(range(max(sizes))), f"node {k} owns pieces {pieces}"
+    for private in layout.mine.values():  # one owner per node, its rank the node's index
+        if private is None:  # one rank per node: the communicator itself, node k rank k
+            assert max(sizes) == 1 and nodes == list(range(comm.size))
+        else:
+            assert private.size == len(sizes) and private.rank == nodes[comm.rank]
+    built = [private.comm for private in layout._privates]
+    assert len(built) == (len(sizes) > 1 and max(sizes) > 1) * (len(layout.mine) + (sizes[nodes[comm.rank]] > 1))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_allreduce_matches_references(comm, dtype):
+    failures = []
+    options = extra(comm.size)
+    for op in ops_for(dtype):
+        for count in counts_for(comm.size):
+            x = rank_input(dtype, op, count, comm.rank, comm.size)
+            expected = numpy_reference(dtype, op, count, comm.size)
+            assert wrong_elements(native_reference(comm, x, op), expected) == 0, f"MPI disagrees: {op} {count}"
+            out = np.full_like(x, 99)
+            result = algorithms.allreduce(x, out, op=op, algorithm="hier", **options)
+            bad = wrong_elements(out, expected)
+            if bad or result is not out:
+                failures.append(f"{op} n={count} out of place: {bad} wrong")
+            if wrong_elements(x, rank_input(dtype, op, count, comm.rank, comm.size)):
+                failures.append(f"{op} n={count}: sendbuf was modified")
+            inplace = x.copy()
+            result = algorithms.allreduce(inplace, op=op, algorithm="hier", **options)
+            bad = wrong_elements(inplace, expected)
+            if bad or result is not inplace:
+                failures.append(f"{op} n={count} in place: {bad} wrong")
+            same = x.copy()
+            algorithms.allreduce(same, same, op=op, algorithm="hier", **options)
+            if wrong_elements(same, expected):
+                failures.append(f"{op} n={count} recvbuf is sendbuf: wrong")
+    assert not failures, f"rank {comm.rank}: " + "; ".join(failures)
+
+
+def test_bamtree_variant_uses_its_tree(comm):
+    if ACROSS != "bamtree":
+        pytest.skip("ALLREDUCE_HIER_ACROSS=bamtree runs only")
+    layout = layout_of(comm)
+    trees = list(layout._trees.values())
+    nodes = len(layout.members)
+    assert nodes == 1 or (len(trees) == 1 and trees[0].size == nodes)
+
+
+def test_sub_communicators_are_freed_with_the_communicator(comm):
+    live = len(executor._LIVE)
+    dup = comm.Dup()
+    x = np.arange(100, dtype=np.int64) + comm.rank
+    algorithms.allreduce(x, algorithm="hier", comm=dup, **extra(comm.size))
+    assert (x == np.arange(100) * comm.size + comm.size * (comm.size - 1) // 2).all()
+    layout = layout_of(dup)
+    subs = list(layout._privates)
+    assert len(executor._LIVE) == live + 1 + len(subs)
+    dup.Free()
+    assert len(executor._LIVE) == live
+    assert all(private.comm == MPI.COMM_NULL for private in subs)
+
+
+def one_message_everywhere(comm, error, match, call):
+    """``call`` raises ``error`` matching ``match`` on every rank, with the same text, in seconds."""
+    started = time.monotonic()
+    with pytest.raises(error, match=match) as caught:
+        call()
+    assert time.monotonic() - started < 5
+    texts = comm.allgather(str(caught.value))
+    assert texts == [texts[0]] * comm.size, texts
+
+
+class environment:
+    """Set the variables on this rank for a while (every rank the same unless given per rank)."""
+
+    def __init__(self, **values):
+        self.values = values
+
+    def __enter__(self):
+        self.saved = {name: os.environ.get(name) for name in self.values}
+        for name, value in self.values.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+    def __exit__(self, *exc):
+        for name, value in self.saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def x_and_y(comm):
+    return np.arange(10, dtype=np.float64) + comm.rank, np.zeros(10)
+
+
+def still_works(comm, on):
+    x, y = x_and_y(comm)
+    algorithms.allreduce(x, y, algorithm="hier", comm=on, **extra(comm.size))
+    assert (y == np.arange(10) * comm.size + comm.size * (comm.size - 1) // 2).all()
+
+
+def test_map_of_the_wrong_length(comm):
+    dup = comm.Dup()
+    wrong = ",".join(["0"] * (comm.size + 1))
+    with environment(ALLREDUCE_NODE_MAP=wrong):
+        for in_place in (False, True):  # the fast path and the full validation
+            x, y = x_and_y(comm)
+            one_message_everywhere(
+                comm, ValueError, f"ALLREDUCE_NODE_MAP has {comm.size + 1} node ids .* for a communicator of "
+                                  f"{comm.size} rank.*: give one node id per rank",
+                lambda: algorithms.allreduce(x, None if in_place else y, algorithm="hier", comm=dup,
+                                             **extra(comm.size)))
+    still_works(comm, dup)  # nothing was cached or sent: with the map put back, the same communicator works
+    dup.Free()
+
+
+@pytest.mark.parametrize("bad,match", [
+    ("0,x", r"ALLREDUCE_NODE_MAP='0,x': entry 1, 'x', is not an integer node id"),
+    ("0,,1", r"entry 1, '', is not an integer node id"),
+    ("1.5", r"entry 0, '1.5', is not an integer node id"),
+])
+def test_map_that_is_not_integers(comm, bad, match):
+    dup = comm.Dup()
+    with environment(ALLREDUCE_NODE_MAP=bad):
+        x, y = x_and_y(comm)
+        one_message_everywhere(comm, ValueError, match + r".*\(on ranks? 0",
+                               lambda: algorithms.allreduce(x, y, algorithm="hier", comm=dup))
+    still_works(comm, dup)
+    dup.Free()
+
+
+def test_map_that_differs_between_ranks(comm):
+    if comm.size < 2:
+        pytest.skip("needs two ranks")
+    dup = comm.Dup()
+    mine = ",".join(["0"] * comm.size) if comm.rank else ",".join(map(str, range(comm.size)))
+    with environment(ALLREDUCE_NODE_MAP=mine):
+        x, y = x_and_y(comm)
+        one_message_everywhere(comm, ValueError, "ALLREDUCE_NODE_MAP differs between ranks",
+                               lambda: algorithms.allreduce(x, y, algorithm="hier", comm=dup))
+    dup.Free()
+
+
+def test_bamtree_needs_bandwidth_and_ring_takes_none(comm):
+    x, y = x_and_y(comm)
+    matrix = random_heterogeneous(comm.size, seed=3).bandwidth
+    for across, kwargs, match in [("bamtree", {}, "ALLREDUCE_HIER_ACROSS=bamtree builds its tree across nodes"),
+                                  ("ring", {"bandwidth": matrix}, "takes bandwidth= only with ALLREDUCE_HIER_ACROSS"),
+                                  ("bamtree", {"bandwidth": random_heterogeneous(comm.size + 1).bandwidth},
+                                   f"has {comm.size + 1} ranks, the communicator has {comm.size}")]:
+        dup = comm.Dup()
+        with environment(ALLREDUCE_HIER_ACROSS=across):
+            for in_place in (False, True):
+                one_message_everywhere(comm, ValueError, match,
+                                       lambda: algorithms.allreduce(x, None if in_place else y, algorithm="hier",
+                                                                    comm=dup, **kwargs))
+        dup.Free()
+    one_message_everywhere(comm, ValueError, "algorithm 'hier' takes no tree",
+                           lambda: algorithms.allreduce(x, y, algorithm="hier", tree=binomial_tree(comm.size)))
