@@ -55,6 +55,7 @@ from . import ring
 from . import tree as tree_executor
 from .executor import Private, private_comm
 from .layout import chunk_offsets
+from .plans import file_version
 from .settings import setting
 
 __all__ = ["Layout", "allreduce", "layout_of", "node_layout", "prepare"]
@@ -299,12 +300,7 @@ def prepare(size, tree=None, bandwidth=None, name="hier"):
         raise ValueError(f"algorithm {name!r} takes bandwidth= only with ALLREDUCE_HIER_ACROSS=bamtree "
                          f"(it runs {across} across nodes)")
     if isinstance(bandwidth, (str, os.PathLike)):
-        path = os.path.abspath(bandwidth)
-        try:
-            stat = os.stat(path)
-        except OSError as exc:
-            raise ValueError(f"cannot read bandwidth matrix {bandwidth}: {exc.strerror}") from None
-        return _from_file(size, path, stat.st_mtime_ns, stat.st_size)
+        return _from_file(size, *file_version(bandwidth))
     matrix = bandwidth if isinstance(bandwidth, BandwidthMatrix) else as_matrix(bandwidth)
     matrix.check_ranks(size)
     return Bandwidth(matrix, _key(matrix))

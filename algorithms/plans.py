@@ -35,15 +35,21 @@ def tree_for(method, size, tree=None, bandwidth=None, name="tree"):
             "bandwidth= (an S x S matrix in GB/s, or a file from 'python -m topology probe') or tree="
         )
     if isinstance(bandwidth, (str, os.PathLike)):
-        path = os.path.abspath(bandwidth)
-        try:
-            stat = os.stat(path)
-        except OSError as exc:
-            raise ValueError(f"cannot read bandwidth matrix {bandwidth}: {exc.strerror}") from None
-        return _from_file(method, size, path, stat.st_mtime_ns, stat.st_size)
+        return _from_file(method, size, *file_version(bandwidth))
     matrix = bandwidth if isinstance(bandwidth, BandwidthMatrix) else as_matrix(bandwidth)
     key = hashlib.blake2b(np.ascontiguousarray(matrix.bandwidth).tobytes(), digest_size=16).digest()
     return _from_array(method, size, key, matrix)
+
+
+def file_version(path):
+    """(absolute path, mtime in ns, size) of a probe file: the key of a cache that re-reads the
+    file when it changes on disk; ``ValueError`` when it cannot be read."""
+    absolute = os.path.abspath(path)
+    try:
+        stat = os.stat(absolute)
+    except OSError as exc:
+        raise ValueError(f"cannot read bandwidth matrix {path}: {exc.strerror}") from None
+    return absolute, stat.st_mtime_ns, stat.st_size
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)

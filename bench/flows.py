@@ -221,19 +221,19 @@ class Phase:
         capacity[0][self.link_id] = bandwidth
         columns = [self.link_id]
         offsets = [0, len(keys)]
-        node_src, node_dst = network.nodes[src], network.nodes[dst]
-        between = node_src != node_dst
-        for nodes, cap in ((node_dst, network.ingress), (node_src, network.egress)):
-            columns.append(np.where(between & np.isfinite(cap[nodes]), offsets[-1] + nodes, -1))
+        def share(crossing, where, cap):
+            """A resource per entry of ``cap``: transfer i uses ``where[i]``'s when it is ``crossing``."""
+            columns.append(np.where(crossing & np.isfinite(cap[where]), offsets[-1] + where, -1))
             capacity.append(cap)
             offsets.append(offsets[-1] + len(cap))
+
+        node_src, node_dst = network.nodes[src], network.nodes[dst]
+        share(node_src != node_dst, node_dst, network.ingress)
+        share(node_src != node_dst, node_src, network.egress)
         if network.racks is not None:
             rack_src, rack_dst = network.racks[node_src], network.racks[node_dst]
-            across = rack_src != rack_dst
-            for racks, cap in ((rack_src, network.up), (rack_dst, network.down)):
-                columns.append(np.where(across & np.isfinite(cap[racks]), offsets[-1] + racks, -1))
-                capacity.append(cap)
-                offsets.append(offsets[-1] + len(cap))
+            share(rack_src != rack_dst, rack_src, network.up)
+            share(rack_src != rack_dst, rack_dst, network.down)
         self._keys, self._n, self._offsets = keys, network.n, offsets
         resources = np.stack(columns, axis=1)
         capacity = np.concatenate(capacity)

@@ -16,20 +16,25 @@ def current_umask():
     return mask
 
 
-def write_text_atomically(path, text):
-    """Write ``text`` to ``path`` through a temporary file in the same folder, then rename."""
+def write_atomically(path, write, binary=False):
+    """Call ``write(f)`` on a temporary file in ``path``'s folder, then rename it over ``path``."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
     try:
         os.fchmod(fd, 0o666 & ~current_umask())
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb" if binary else "w") as f:
+            write(f)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def write_text_atomically(path, text):
+    """Write ``text`` to ``path`` through a temporary file in the same folder, then rename."""
+    write_atomically(path, lambda f: f.write(text))
 
 
 def check_writable(path):

@@ -365,9 +365,10 @@ def _concurrent(comm, transfers, payload, reps, warmup):
     for i in range(warmup + reps):
         comm.Barrier()
         start = time.perf_counter()
-        if sources:
-            MPI.Request.Waitall([comm.Irecv(buf, source, _TAG) for buf, source in zip(inbox, sources)])
-            MPI.Request.Waitall([comm.Isend(ack, source, _TAG) for source in sources])
+        if sources:  # each sender's acknowledgement as soon as its message is in
+            arrivals = [comm.Irecv(buf, source, _TAG) for buf, source in zip(inbox, sources)]
+            answered = [comm.Isend(ack, sources[MPI.Request.Waitany(arrivals)], _TAG) for _ in sources]
+            MPI.Request.Waitall(answered)
         if targets:
             answers = [comm.Irecv(a, target, _TAG) for a, target in zip(acks, targets)]
             sends = [comm.Isend(payload, target, _TAG) for target in targets]

@@ -27,11 +27,10 @@ figures they were measured against; :func:`lines` the text ``report`` prints.
 """
 
 import os
-import tempfile
 
 import numpy as np
 
-from .files import current_umask
+from .files import write_atomically
 from .matrix import as_matrix
 
 THRESHOLD = 0.7  # a link, node or port below this share of its median is slow
@@ -371,18 +370,7 @@ def _few_decades(norm):
 
 def _save_atomically(fig, path):
     """``fig`` as a PNG at ``path`` through a temporary file in the same folder, then a rename."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".png")
-    try:
-        os.fchmod(fd, 0o666 & ~current_umask())
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png", bbox_inches="tight")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_atomically(path, lambda f: fig.savefig(f, format="png", bbox_inches="tight"), binary=True)
 
 
 def default_heatmap_path(path):
