@@ -311,7 +311,7 @@ def heatmap(matrix, path, title=None):
         rows, cols = names, names
         if ports is not None and count <= 16:
             rows = [f"{n}\negress {ports['egress'][k]:.3g}" for k, n in enumerate(names)]
-            cols = [f"{n}\ningress {ports['ingress'][k]:.3g}" for k, n in enumerate(names)]
+            cols = [f"{n}\ningress\n{ports['ingress'][k]:.3g}" for k, n in enumerate(names)]
         _panel(fig, axes[0][1], node_links(matrix), rows, "node", plt, cols)
         axes[0][1].set_title("between nodes" + (" (ports in GB/s under the names)" if rows is not names else ""),
                              fontsize=11)
@@ -359,7 +359,7 @@ def _panel(fig, ax, values, labels, what, plt, columns=None):
                 if shown[i, j]:
                     v = values[i, j]
                     dark = v <= 0 or norm(v) < 0.6
-                    ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=8 if size > 8 else 10,
+                    ax.text(j, i, f"{v:.2g}", ha="center", va="center", fontsize=7 if size > 6 else 10,
                             color="white" if dark else "black")
 
 
