@@ -62,6 +62,7 @@ class NodeMap:
     """A comma list of integer node ids, one per rank (``0,0,1,1``); empty means ``default``.
     Its length is checked against the communicator where it is used (:mod:`.hier`)."""
     default: tuple = ()
+    default_text: str = "the ranks that share memory"
 
     def parse(self, name, raw):
         text = raw.strip()
@@ -140,7 +141,8 @@ def agree_settings(comm):
         if not invalid and len(set(values)) > 1:
             groups = {}
             for rank, raw in enumerate(texts):
-                groups.setdefault("unset (default " + str(rule.default) + ")" if raw is None else repr(raw),
+                groups.setdefault("unset (default " + getattr(rule, "default_text", str(rule.default)) + ")"
+                                  if raw is None else repr(raw),
                                   []).append(rank)
             problems.append(f"{name} differs between ranks: "
                             + "; ".join(f"{text} on {rank_list(rs)}" for text, rs in groups.items()))

@@ -345,7 +345,8 @@ def test_json_is_rewritten_after_every_size(tmp_path):
 SETTINGS = {"ALLREDUCE_TRANSPORT": "direct", "ALLREDUCE_CUDA_AWARE": "1", "ALLREDUCE_SEGMENT_BYTES": "65536",
             "ALLREDUCE_STAGE_BYTES": "4096", "ALLREDUCE_SHM_SLOT_BYTES": "65536", "ALLREDUCE_IPC_SLOT_BYTES": "65536",
             "ALLREDUCE_SHM_MIN_BYTES": "1024", "ALLREDUCE_SHM_MAX_BYTES": "100", "ALLREDUCE_IPC_MIN_BYTES": "64",
-            "ALLREDUCE_IPC_MAX_BYTES": "4096", "ALLREDUCE_SHM_BY_PAGES": "1"}
+            "ALLREDUCE_IPC_MAX_BYTES": "4096", "ALLREDUCE_SHM_BY_PAGES": "1", "ALLREDUCE_NODE_MAP": "0,0,1",
+            "ALLREDUCE_HIER_ACROSS": "bamtree"}
 
 
 def test_every_wire_setting_is_listed_here():

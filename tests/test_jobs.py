@@ -97,7 +97,7 @@ def test_cpu_sweep_job(slurm, tmp_path):
                for r in rows)
     document = json.loads((results / "sweep.json").read_text())
     assert document["out_of_bounds"]["count"] == 0
-    assert (results / "sweep.txt").read_text().count("# Out of bounds values : 0 OK") == 4
+    assert (results / "sweep.txt").read_text().count("# Out of bounds values : 0 OK") == 5
 
 
 def test_full_pipeline_job(slurm, tmp_path):
