@@ -344,7 +344,8 @@ def summary_markdown(records, machine, seconds):
              "NICs as HTB parents over them (egress) and on the bridge side (ingress), racks on bridges of "
              "their own joined by shaped uplinks; MPICH over libfabric tcp between namespaces, shared memory "
              "within one. Model: the port-aware model (bench model) from the probe; limit = what binds "
-             "in it.", ""]
+             "in it. Plot: [busbw.png](busbw.png), measured beside modelled at each shape's largest size; "
+             "what misses and why: [notes.md](notes.md).", ""]
     for rec in records:
         errors = [abs(l["error"]) for l in rec["links"]]
         lines += [f"## {rec['name']}: {rec['description']}", "",
