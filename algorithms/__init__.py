@@ -5,7 +5,8 @@
   ``"ring"`` (reduce-scatter + all-gather), ``"tree"`` (binomial, or any
   ``topology.Tree`` passed as ``tree=``), ``"bamtree"``/``"kmtree"`` (trees
   matched from link bandwidths, ``bandwidth=``), ``"dbtree"`` (two binary trees),
-  ``"rd"`` (recursive doubling) and ``"hier"`` (within nodes, then across them).
+  ``"rd"`` (recursive doubling), ``"hier"`` (within nodes, then across them) and
+  ``"bamring"`` (the ring in the order whose slowest link is fastest, ``bandwidth=``).
 * ``reduce_scatter`` and ``all_gather``: the two halves of the ring, on their
   own; chunk layout from ``chunk_offsets``.
 * ``alloc_registered(count, dtype)`` / ``free_registered(vector)``: vectors in the
@@ -21,7 +22,7 @@ from .collectives import (alloc_registered, all_gather, allreduce, free_register
 from .ending import run_together
 from .executor import WORKSPACE
 from .ops import DTYPES, OPS
-from .registry import ALGORITHMS
+from .registry import ALGORITHMS, needs_bandwidth
 from .ring import chunk_offsets
 from .transport import mpi_is_cuda_aware
 
@@ -34,6 +35,6 @@ def free_workspace():
 __all__ = [
     "ALGORITHMS", "DTYPES", "OPS",
     "allreduce", "reduce_scatter", "all_gather",
-    "alloc_registered", "free_registered", "chunk_offsets", "free_workspace", "mpi_is_cuda_aware", "run_together",
-    "transport_in_use",
+    "alloc_registered", "free_registered", "chunk_offsets", "free_workspace", "mpi_is_cuda_aware", "needs_bandwidth",
+    "run_together", "transport_in_use",
 ]

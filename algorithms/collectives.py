@@ -31,7 +31,8 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None, c
     Tree algorithms take ``tree=`` (a ``topology.Tree``) or ``bandwidth=`` (an
     S x S matrix in GB/s or a probe file) to build theirs from: ``"tree"`` is
     binomial without either, ``"bamtree"`` and ``"kmtree"`` need one of them;
-    ``"hier"`` takes ``bandwidth=`` with ``ALLREDUCE_HIER_ACROSS=bamtree``.
+    ``"bamring"`` needs ``bandwidth=``, and ``"hier"`` takes it with
+    ``ALLREDUCE_HIER_ACROSS=bamtree``.
     Returns the result buffer.
     """
     run = _common_case(sendbuf, recvbuf, op, algorithm, tree, bandwidth)

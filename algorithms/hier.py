@@ -41,21 +41,18 @@ Collectives on the sub-communicators never call ``finish``: ``avg`` is summed he
 divided once by the whole rank count by the caller (:meth:`Collective.finish`).
 """
 
-import functools
-import hashlib
-import os
 import zlib
 
 import numpy as np
 from mpi4py import MPI
 
-from topology import BandwidthMatrix, as_matrix, build_tree
+from topology import BandwidthMatrix, build_tree
 
 from . import ring
 from . import tree as tree_executor
 from .executor import Private, private_comm
 from .layout import chunk_offsets
-from .plans import file_version
+from .plans import from_bandwidth, matrix_key
 from .settings import setting
 
 __all__ = ["Layout", "allreduce", "layout_of", "node_layout", "prepare"]
@@ -299,22 +296,12 @@ def prepare(size, tree=None, bandwidth=None, name="hier"):
     if across != "bamtree":
         raise ValueError(f"algorithm {name!r} takes bandwidth= only with ALLREDUCE_HIER_ACROSS=bamtree "
                          f"(it runs {across} across nodes)")
-    if isinstance(bandwidth, (str, os.PathLike)):
-        return _from_file(size, *file_version(bandwidth))
-    matrix = bandwidth if isinstance(bandwidth, BandwidthMatrix) else as_matrix(bandwidth)
-    matrix.check_ranks(size)
-    return Bandwidth(matrix, _key(matrix))
+    return from_bandwidth(_checked, size, bandwidth)
 
 
-def _key(matrix):
-    return hashlib.blake2b(np.ascontiguousarray(matrix.bandwidth).tobytes()
-                           + np.ascontiguousarray(matrix.latency).tobytes(), digest_size=16).digest()
-
-
-@functools.lru_cache(maxsize=16)
-def _from_file(size, path, mtime_ns, nbytes):
-    matrix = as_matrix(path, ranks=size)
-    return Bandwidth(matrix, _key(matrix))
+def _checked(matrix):
+    return Bandwidth(matrix, matrix_key(matrix))
 
 
 allreduce.prepare = prepare
+allreduce.needs_bandwidth = lambda: setting("ALLREDUCE_HIER_ACROSS") == "bamtree"

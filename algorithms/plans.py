@@ -34,11 +34,31 @@ def tree_for(method, size, tree=None, bandwidth=None, name="tree"):
             f"algorithm {name!r} builds its tree from link bandwidths, and none was given: pass "
             "bandwidth= (an S x S matrix in GB/s, or a file from 'python -m topology probe') or tree="
         )
+    return from_bandwidth(_tree, size, bandwidth, method)
+
+
+def from_bandwidth(build, size, bandwidth, *args):
+    """``build(matrix, *args)`` for the matrix ``bandwidth`` (an S x S array-like, a
+    ``topology.BandwidthMatrix`` or a probe file's path) of ``size`` ranks, made once per
+    build, arguments and matrix and kept (a file is read again when it changes on disk)."""
     if isinstance(bandwidth, (str, os.PathLike)):
-        return _from_file(method, size, *file_version(bandwidth))
+        return _from_file(build, size, *file_version(bandwidth), *args)
     matrix = bandwidth if isinstance(bandwidth, BandwidthMatrix) else as_matrix(bandwidth)
-    key = hashlib.blake2b(np.ascontiguousarray(matrix.bandwidth).tobytes(), digest_size=16).digest()
-    return _from_array(method, size, key, matrix)
+    key = (build, size, matrix_key(matrix), *args)
+    cached = _by_content.get(key)
+    if cached is None:
+        matrix.check_ranks(size)
+        cached = build(matrix, *args)
+        if len(_by_content) >= _CACHE_SIZE:
+            _by_content.clear()
+        _by_content[key] = cached
+    return cached
+
+
+def matrix_key(matrix):
+    """A checksum of a matrix's bandwidths and latencies (16 bytes)."""
+    return hashlib.blake2b(np.ascontiguousarray(matrix.bandwidth).tobytes()
+                           + np.ascontiguousarray(matrix.latency).tobytes(), digest_size=16).digest()
 
 
 def file_version(path):
@@ -57,20 +77,13 @@ def _binomial(size):
     return binomial_tree(size)
 
 
+def _tree(matrix, method):
+    return build_tree(matrix, root=0, method=method)
+
+
 @functools.lru_cache(maxsize=_CACHE_SIZE)
-def _from_file(method, size, path, mtime_ns, nbytes):
-    return build_tree(as_matrix(path, ranks=size), root=0, method=method)
+def _from_file(build, size, path, mtime_ns, nbytes, *args):
+    return build(as_matrix(path, ranks=size), *args)
 
 
 _by_content = {}
-
-
-def _from_array(method, size, key, matrix):
-    cached = _by_content.get((method, size, key))
-    if cached is None:
-        matrix.check_ranks(size)
-        cached = build_tree(matrix, root=0, method=method)
-        if len(_by_content) >= _CACHE_SIZE:
-            _by_content.clear()
-        _by_content[(method, size, key)] = cached
-    return cached

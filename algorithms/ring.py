@@ -10,6 +10,11 @@ At step s of the reduce-scatter, rank r sends chunk (r-s-1) mod N to rank
 r+1 and receives chunk (r-s-2) mod N from rank r-1, which it reduces into its
 own copy. Each rank moves 2(N-1)/N * M bytes; T ~ 2(N-1) alpha + 2(N-1)/N * M/beta.
 
+Any ring order runs the same way (``order``: rank ``order[k]`` sends to ``order[k+1]``, the
+last to the first): "rank r" above is then position r of the ring, which works on chunk
+``order[r]``, so that after the reduce-scatter every rank still holds its own chunk.
+``bamring`` (:mod:`.bamring`) runs the ring whose slowest link is fastest.
+
 Large chunks move in pieces (:func:`segment_offsets` of the largest chunk, the
 same count for every chunk). The all-reduce runs both phases on piece j of
 every chunk before piece j+1, as NCCL's ring does: a reduced piece is sent on
@@ -36,28 +41,38 @@ def _parts(offsets, itemsize):
     return len(segment_offsets(offsets[1], itemsize)) - 1
 
 
-def _reduce_scatter_order(n, rank):
-    """(chunk sent, chunk received) at each reduce-scatter step: at step s rank r sends chunk
-    (r-s-1) mod N (its partial sum from step s-1, its input at step 0) to rank r+1 and
-    receives chunk (r-s-2) mod N from rank r-1; the last is its own chunk, r."""
-    return [((rank - step - 1) % n, (rank - step - 2) % n) for step in range(n - 1)]
+def _ring(n, rank, order):
+    """(the ring's order, this rank's position in it, its right and its left neighbour)."""
+    order = range(n) if order is None else order
+    p = order.index(rank)
+    return order, p, order[(p + 1) % n], order[(p - 1) % n]
 
 
-def _all_gather_order(n, rank):
-    """(chunk sent, chunk received) at each all-gather step: at step s rank r forwards chunk
-    (r-s) mod N to rank r+1 and receives chunk (r-s-1) mod N from rank r-1."""
-    return [((rank - step) % n, (rank - step - 1) % n) for step in range(n - 1)]
+def _reduce_scatter_order(n, rank, order=None):
+    """(chunk sent, chunk received) at each reduce-scatter step: at step s position r sends
+    chunk (r-s-1) mod N (its partial sum from step s-1, its input at step 0) to position r+1
+    and receives chunk (r-s-2) mod N from position r-1; the last is its own chunk, r (chunk
+    q of position q read through ``order``: chunk ``order[q]``)."""
+    order, p, _, _ = _ring(n, rank, order)
+    return [(order[(p - step - 1) % n], order[(p - step - 2) % n]) for step in range(n - 1)]
 
 
-def _reduce_scatter_pieces(coll, src, partial, result, pieces):
+def _all_gather_order(n, rank, order=None):
+    """(chunk sent, chunk received) at each all-gather step: at step s position r forwards
+    chunk (r-s) mod N to position r+1 and receives chunk (r-s-1) mod N from position r-1."""
+    order, p, _, _ = _ring(n, rank, order)
+    return [(order[(p - step) % n], order[(p - step - 1) % n]) for step in range(n - 1)]
+
+
+def _reduce_scatter_pieces(coll, src, partial, result, pieces, order=None):
     """The N-1 reduce-scatter steps on one piece of every chunk; this rank's reduced piece
     goes to ``result`` (a vector as long as it)."""
     n, rank = coll.size, coll.rank
-    right, left = (rank + 1) % n, (rank - 1) % n
-    order = _reduce_scatter_order(n, rank)
-    lo, hi = pieces[order[0][0]]
+    _, _, right, left = _ring(n, rank, order)
+    steps = _reduce_scatter_order(n, rank, order)
+    lo, hi = pieces[steps[0][0]]
     outgoing = src[lo:hi]
-    for step, (_, into) in enumerate(order):
+    for step, (_, into) in enumerate(steps):
         lo, hi = pieces[into]
         if step == n - 2:
             target = result
@@ -70,16 +85,16 @@ def _reduce_scatter_pieces(coll, src, partial, result, pieces):
         outgoing = target
 
 
-def _all_gather_pieces(coll, buf, pieces):
+def _all_gather_pieces(coll, buf, pieces, order=None):
     """The N-1 all-gather steps on one piece of every chunk of ``buf``."""
     n, rank = coll.size, coll.rank
-    right, left = (rank + 1) % n, (rank - 1) % n
-    for out, into in _all_gather_order(n, rank):
+    _, _, right, left = _ring(n, rank, order)
+    for out, into in _all_gather_order(n, rank, order):
         (slo, shi), (rlo, rhi) = pieces[out], pieces[into]
         coll.sendrecv(buf[slo:shi], right, buf[rlo:rhi], left)
 
 
-def _allreduce_plan(coll, count, dtype):
+def _allreduce_plan(coll, count, dtype, order):
     """The all-reduce's exchanges in order, made once per shape (:meth:`Collective.plan`): for
     each piece, its N-1 reduce-scatter steps ``(exchange, True, from_input, sent, received)``
     then its N-1 all-gather steps ``(exchange, False, False, sent, received)``, the pieces as
@@ -87,7 +102,7 @@ def _allreduce_plan(coll, count, dtype):
     A reduce-scatter step sends from the input at step 0 and from the result vector (the
     partial sum) after."""
     n, rank = coll.size, coll.rank
-    right, left = (rank + 1) % n, (rank - 1) % n
+    _, _, right, left = _ring(n, rank, order)
     offsets = chunk_offsets(count, n)
     parts = _parts(offsets, dtype.itemsize)
 
@@ -98,15 +113,16 @@ def _allreduce_plan(coll, count, dtype):
     plan = []
     for j in range(parts):
         pieces = [slice(lo, hi) for lo, hi in _pieces(offsets, parts, j)]
-        for index, (out, into) in enumerate(_reduce_scatter_order(n, rank)):
+        for index, (out, into) in enumerate(_reduce_scatter_order(n, rank, order)):
             plan.append(step(True, index == 0, pieces[out], pieces[into]))
-        for out, into in _all_gather_order(n, rank):
+        for out, into in _all_gather_order(n, rank, order):
             plan.append(step(False, False, pieces[out], pieces[into]))
     return tuple(plan)
 
 
-def reduce_scatter(coll, src, partial, result):
-    """Ring reduce-scatter of ``src`` (read only) into ``result`` (this rank's chunk).
+def reduce_scatter(coll, src, partial, result, order=None):
+    """Ring reduce-scatter of ``src`` (read only) into ``result`` (this rank's chunk), around
+    ``order`` (default: the ranks in order).
 
     Intermediate partial sums go to their chunk's place in ``partial`` (a
     full-length vector, which may be ``src`` itself when in place), or to two
@@ -122,21 +138,23 @@ def reduce_scatter(coll, src, partial, result):
     cuts = chunk_offsets(result.size, parts)
     for j in range(parts):
         _reduce_scatter_pieces(coll, src, partial, result[cuts[j]:cuts[j + 1]],
-                               _pieces(offsets, parts, j))
+                               _pieces(offsets, parts, j), order)
 
 
-def all_gather(coll, buf):
+def all_gather(coll, buf, order=None):
     """Ring all-gather in place: ``buf`` holds this rank's chunk at its place and ends whole."""
     if coll.size > 1:
-        _all_gather_pieces(coll, buf, _pieces(chunk_offsets(buf.size, coll.size), 1, 0))
+        _all_gather_pieces(coll, buf, _pieces(chunk_offsets(buf.size, coll.size), 1, 0), order)
 
 
-def allreduce(coll, sendbuf, recvbuf):
-    """Each partial sum goes to its place in ``recvbuf``, so no scratch is needed."""
+def allreduce(coll, sendbuf, recvbuf, order=None):
+    """Each partial sum goes to its place in ``recvbuf``, so no scratch is needed; ``order``
+    (a tuple of the ranks, default theirs) is the ring's."""
     if coll.size == 1:
         coll.start_in(sendbuf, recvbuf)
         return
-    for exchange, reducing, from_input, out, into in coll.plan(_allreduce_plan, sendbuf.size, sendbuf.dtype):
+    for exchange, reducing, from_input, out, into in coll.plan(_allreduce_plan, sendbuf.size, sendbuf.dtype,
+                                                               order):
         if reducing:
             exchange((sendbuf if from_input else recvbuf)[out], sendbuf[into], recvbuf[into])
         else:

@@ -26,6 +26,8 @@ from algorithms.ending import end_job, fail_together, uncut
 from . import summary
 from .check import wrong_elements
 from .collectives import COLLECTIVES, make_runner, needs_topology
+from .flows import Network
+from .lower_bound import LowerBound
 from .machine import describe, oversubscription
 from .memory import bytes_needed, check_memory, reset_peak, resident_bytes, usage_line
 from .options import PROG, launched_alone, parse_args, runs
@@ -184,7 +186,7 @@ def main(argv=None):
     if writer is not None and log != "none":
         say(f"# Writing every row to {log} as it finishes")
 
-    if args.topology is None and any(needs_topology(a) or hier_tree(args, a) for a in args.algos):
+    if args.topology is None and any(needs_topology(a) for a in args.algos):
         args.topology = probe_first(comm, args, os.path.dirname(log) if rank == 0 and log != "none" else None)
 
     watchdog, progress = Watchdog(args.timeout), Progress(rank == 0 and not args.quiet)
@@ -201,8 +203,7 @@ def main(argv=None):
                 for op in args.ops:
                     if not runs(dtype, op):
                         continue
-                    run = (hier_runner(comm, op, args.topology) if hier_tree(args, algo)
-                           else make_runner(spec, algo, comm, op, args.topology, nccl))
+                    run = make_runner(spec, algo, comm, op, args.topology, nccl)
                     cycles = itertools.count(1) if args.run_cycles == 0 else range(1, args.run_cycles + 1)
                     for cycle in cycles:
                         label = (f"{algo} {TYPE_NAMES.get(dtype, dtype)} {op}"
@@ -231,7 +232,11 @@ def main(argv=None):
     finally:
         watchdog.disarm()
     if writer is not None:
-        say(summary.text(summary.by_size(writer.rows)), flush=True)
+        sizes = summary.by_size(writer.rows)
+        say(summary.text(sizes), flush=True)
+        if args.topology is not None and spec.name == "allreduce" and size > 1:
+            bounds = LowerBound(Network.from_matrix(args.topology))
+            say(summary.bound_text(sizes, lambda nbytes: bounds.at(nbytes).seconds), flush=True)
         writer.finish()
     return 1 if total_wrong else 0
 
@@ -255,20 +260,6 @@ def open_results(args, argv, devices, size, spec, log, crowded):
                 "aggregation": AGGREGATIONS[args.average], "malloc": malloc_mode(),
                 "command": " ".join(["python -m bench", *argv])}
     return ResultsWriter(args.output_file, log, ["python -m bench", *argv], config, run_info)
-
-
-def hier_tree(args, algo):
-    """Whether ``algo`` is hier with a tree across nodes (ALLREDUCE_HIER_ACROSS=bamtree), built
-    from the bandwidth matrix (--topology, or the probe run first)."""
-    return algo == "hier" and bool(args.hier) and args.hier["across"] == "bamtree"
-
-
-def hier_runner(comm, op, topology):
-    """The all-reduce runner of hier across nodes on a tree, from the rank-level ``topology``."""
-    def run(send, recv, check=False):
-        return algorithms.allreduce(send, recv, op=op, algorithm="hier", comm=comm, check=check,
-                                    bandwidth=topology)
-    return run
 
 
 def hier_text(layout):

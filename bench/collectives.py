@@ -48,9 +48,10 @@ class AllReduce(_Spec):
         return check_expected(dtype, op, total, n)
 
     @staticmethod
-    def run_ours(name, comm, op, tree):
+    def run_ours(name, comm, op, tree=None, bandwidth=None):
         def run(send, recv, check=False):
-            return algorithms.allreduce(send, recv, op=op, algorithm=name, comm=comm, check=check, tree=tree)
+            return algorithms.allreduce(send, recv, op=op, algorithm=name, comm=comm, check=check, tree=tree,
+                                        bandwidth=bandwidth)
         return run
 
     @staticmethod
@@ -88,7 +89,7 @@ class ReduceScatter(_Spec):
         return check_expected(dtype, op, total, n)[rank * per:(rank + 1) * per]
 
     @staticmethod
-    def run_ours(name, comm, op, tree):
+    def run_ours(name, comm, op, tree=None, bandwidth=None):
         def run(send, recv, check=False):
             return algorithms.reduce_scatter(send, None if recv is send else recv, op=op, comm=comm, check=check)
         return run
@@ -135,7 +136,7 @@ class AllGather(_Spec):
         return cls._whole(dtype, total)
 
     @staticmethod
-    def run_ours(name, comm, op, tree):
+    def run_ours(name, comm, op, tree=None, bandwidth=None):
         def run(send, recv, check=False):
             return algorithms.all_gather(send, None if recv is send else recv, comm=comm, check=check)
         return run
@@ -163,9 +164,9 @@ def algorithm_names(spec):
 
 
 def needs_topology(name):
-    """True for algorithms that cannot run without a bandwidth matrix (bamtree, kmtree)."""
-    method = getattr(algorithms.ALGORITHMS.get(name), "tree_method", None)
-    return method not in (None, "binomial")
+    """True for algorithms that cannot run without a bandwidth matrix (bamtree, kmtree, bamring,
+    hier across a BAM tree)."""
+    return name in algorithms.ALGORITHMS and algorithms.needs_bandwidth(name)
 
 
 def make_runner(spec, name, comm, op, topology=None, nccl=None):
@@ -175,5 +176,6 @@ def make_runner(spec, name, comm, op, topology=None, nccl=None):
     if name == "nccl":
         return nccl.runner(spec.name, op)
     method = getattr(algorithms.ALGORITHMS.get(name), "tree_method", None)
-    tree = tree_for(method, comm.size, bandwidth=topology, name=name) if method else None
-    return spec.run_ours(name, comm, op, tree)
+    if method:
+        return spec.run_ours(name, comm, op, tree=tree_for(method, comm.size, bandwidth=topology, name=name))
+    return spec.run_ours(name, comm, op, bandwidth=topology if needs_topology(name) else None)

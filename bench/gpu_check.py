@@ -140,8 +140,7 @@ def run_part(args):
     from topology.probe import probe
 
     matrix = probe(comm, 1 << 20, reps=2, warmup=1)
-    tree_options = {a: {"bandwidth": matrix.bandwidth} for a in ALGOS
-                    if getattr(algorithms.ALGORITHMS[a], "tree_method", None) in ("bam", "km")}
+    tree_options = {a: {"bandwidth": matrix.bandwidth} for a in ALGOS if algorithms.needs_bandwidth(a)}
     part = {"ranks": n, "device": args.device, "device_name": device_name, "gpus_per_node": gpus,
             "cuda_aware_mpi": algorithms.mpi_is_cuda_aware(), "runs": []}
     for kind in transports_to_try(args.device):

@@ -3,8 +3,11 @@
 One row per size and algorithm: the model's time and busbw, what limits it (link, port,
 uplink, or latency where the start-ups dominate), and with ``--results`` the measured time
 and busbw beside them and each measured busbw over native MPI's (``mpi``). Below the table:
-where ring overtakes the binomial tree, the resource that binds each algorithm at the
-largest size, and each tree's levels and slowest links.
+where ring overtakes the binomial tree, the lower bound at the largest size (of any
+all-reduce on these links, :mod:`bench.lower_bound`: the traffic every rank or node must send
+over what its ports carry, or M over the network's minimum cut), the resource that binds
+each algorithm there, bamring's order, and each tree's levels and slowest links. Each row's
+"x bound" is its time over that bound at its size.
 
 Each algorithm is a sequence of phases, each phase a set of concurrent transfers. A
 transfer's rate is its max-min fair share of its link, of the egress port (NIC) of its
@@ -18,6 +21,8 @@ The closed forms are those of uniform links: alpha, beta, every rank a node whos
           S alpha + (N-1) M/beta + (N-1)(alpha + M/beta)
   ring    2(N-1) steps, each rank sending M/N to the next (ranks in order, so only the links
           between consecutive nodes use ports, one transfer each): 2(N-1)(alpha + M/(N beta))
+  bamring the ring in the order whose slowest link is fastest (topology.rings): the ring's
+          closed form, its beta that slowest link
   tree    (binomial), bamtree, kmtree, pipelined: fill level by level, up then down, then one
           segment per period, in which every tree edge carries a segment up and one down at
           once, so a rank with k children and a parent moves k+1 segments through each port:
@@ -52,14 +57,16 @@ import numpy as np
 
 from algorithms.layout import SEGMENT_BYTES
 from topology import BandwidthMatrix, binomial_tree, build_tree, double_binary_trees
+from topology.rings import bottleneck_ring, ring_bottleneck
 
 from .compare import NATIVE
 from .flows import Limit, Network, Phase, limit_of
+from .lower_bound import LowerBound
 from .results import placement_time, read_results
 from .sizes import parse_size, sweep
 from .tables import comment, description, epilog, plural, ratio_text, significant, size_label, table
 
-ALGORITHMS = ("ps", "ring", "tree", "bamtree", "kmtree", "dbtree", "rd", "hier")
+ALGORITHMS = ("ps", "ring", "bamring", "tree", "bamtree", "kmtree", "dbtree", "rd", "hier")
 _TREE_METHODS = {"tree": "binomial", "bamtree": "bam", "kmtree": "km"}
 ACROSS = ("ring", "bamtree")  # hier's all-reduce between the nodes
 
@@ -105,6 +112,7 @@ class Model:
         self.across = across
         self.trees = {}
         self._phases = {}
+        self._bound = None
 
     @property
     def matrix(self):
@@ -135,8 +143,9 @@ class Model:
             return Estimate(0.0)
         if algorithm == "ps":
             parts = self._ps(m)
-        elif algorithm == "ring":
-            parts = [(2 * (self.n - 1), "step", self._phase(("ring",), self._ring_pairs).time(m / self.n))]
+        elif algorithm in ("ring", "bamring"):
+            pairs = self._phase((algorithm,), lambda: self._ring_pairs(algorithm))
+            parts = [(2 * (self.n - 1), "step", pairs.time(m / self.n))]
         elif algorithm == "rd":
             parts = self._recursive_doubling(m)
         elif algorithm == "dbtree":
@@ -160,6 +169,12 @@ class Model:
                 tree = build_tree(self.matrix, root=0, method=method)
             self.trees[algorithm] = tree
         return self.trees[algorithm]
+
+    def lower_bound(self, nbytes):
+        """The :class:`bench.lower_bound.Bound` no all-reduce of ``nbytes`` per rank can beat here."""
+        if self._bound is None:
+            self._bound = LowerBound(self.network)
+        return self._bound.at(nbytes)
 
     def crossover(self, faster="ring", slower="tree"):
         """The smallest message size (bytes) from which ``faster`` beats ``slower``, or None."""
@@ -199,9 +214,17 @@ class Model:
         down, _ = self.network.link(pairs[:, 0], pairs[:, 1])
         return float(np.minimum(up, down).min()) / 1e9
 
-    def _ring_pairs(self):
-        ranks = np.arange(self.n)
-        return ranks, (ranks + 1) % self.n
+    def ring_order(self, algorithm="bamring"):
+        """The ring's order: the ranks' own for ``ring``, the bottleneck ring's for ``bamring``."""
+        if algorithm == "ring" or not self.network.has_matrix:  # uniform links: every order alike
+            return np.arange(self.n)
+        if "bamring" not in self.trees:
+            self.trees["bamring"] = bottleneck_ring(self.matrix)
+        return np.array(self.trees["bamring"].order)
+
+    def _ring_pairs(self, algorithm="ring"):
+        order = self.ring_order(algorithm)
+        return order, np.roll(order, -1)
 
     def _ps(self, m):
         workers = np.arange(1, self.n)
@@ -364,32 +387,49 @@ def measured_rows(paths):
     return measured, ranks
 
 
+HEADER = ["size", "algorithm", "model us", "model GB/s", "limited by", "x bound"]
+MEASURED_HEADER = ["measured us", "measured GB/s", "x bound", f"vs {NATIVE}"]
+LEGEND = ("us: the time of one all-reduce; GB/s: its busbw; limited by: what binds in the model; "
+          "x bound: the time over the lower bound of any all-reduce on these links (below the table)")
+
+
 def model_cells(model, algorithm, size):
-    """[time us, busbw GB/s, limited by] of the model, or dashes where it cannot model it."""
+    """[time us, busbw GB/s, limited by, x bound] of the model, or dashes where it cannot model it."""
     try:
         estimate = model.estimate(algorithm, size)
     except ValueError:
-        return ["-", "-", "-"]
+        return ["-", "-", "-", "-"]
     t = estimate.seconds
     busbw = size / t / 1e9 * 2 * (model.n - 1) / model.n if t > 0 else 0.0
-    return [significant(t * 1e6), significant(busbw), str(estimate.limit)]
+    return [significant(t * 1e6), significant(busbw), str(estimate.limit), bound_multiple(model, size, t)]
+
+
+def bound_multiple(model, size, seconds):
+    """``seconds`` as a multiple of the lower bound at ``size`` ("1.23x"), "-" where there is none."""
+    try:
+        bound = model.lower_bound(size).seconds
+    except ValueError:
+        return "-"
+    return ratio_text(seconds / bound) if bound > 0 else "-"
 
 
 def model_table(model, algos, sizes, measured):
-    """Cells per size and algorithm: predicted time, busbw and what limits it; with ``measured``
-    also the measured ones and the measured busbw over native MPI's (which gets a row of its own)."""
+    """Cells per size and algorithm: predicted time, busbw, what limits it and its multiple of
+    the lower bound; with ``measured`` also the measured ones and the measured busbw over
+    native MPI's (which gets a row of its own)."""
     rows = []
     for size in sizes:
         native = measured.get((NATIVE, size), {}).get("bus_bw")
         for a in algos + ([NATIVE] if native is not None else []):
             row = [size_label(size), a]
-            row += ["-", "-", "-"] if a == NATIVE else model_cells(model, a, size)  # native: not modelled
+            row += ["-"] * 4 if a == NATIVE else model_cells(model, a, size)  # native: not modelled
             seen = measured.get((a, size))
             if seen:
-                row += [significant(placement_time(seen)), significant(seen["bus_bw"]),
+                t = placement_time(seen)
+                row += [significant(t), significant(seen["bus_bw"]), bound_multiple(model, size, t * 1e-6),
                         ratio_text(seen["bus_bw"] / native) if native else "-"]
             elif measured:
-                row += ["-", "-", "-"]
+                row += ["-"] * 4
             rows.append(row)
     return rows
 
@@ -403,6 +443,12 @@ def notes(model, algos, largest=None):
         lines.append(f"ring overtakes the binomial tree from {size_label(cross)}" if cross else
                      "ring never overtakes the binomial tree on these links")
     if largest:
+        try:
+            bound = model.lower_bound(largest)
+            lines.append(f"lower bound at {size_label(largest)}: {significant(bound.seconds * 1e6)} us, "
+                         f"{bound.kind}: {bound.detail}")
+        except ValueError as exc:
+            lines.append(f"no lower bound: {exc}")
         binds = []
         for a in algos:
             try:
@@ -410,6 +456,16 @@ def notes(model, algos, largest=None):
             except ValueError as exc:
                 binds.append(f"{a}: not modelled ({exc})")
         lines.append(f"at {size_label(largest)}, limited by " + "; ".join(binds))
+    if "bamring" in algos and model.network.has_matrix and model.n > 1:
+        found = model.trees.get("bamring") or bottleneck_ring(model.matrix)
+        plain = ring_bottleneck(model.matrix.bandwidth, range(model.n))
+        if list(found.order) == list(range(model.n)):
+            where = "the ranks' own order"
+        else:
+            shown = " ".join(map(str, found.order[:16])) + (f" ... ({model.n} ranks)" if model.n > 16 else "")
+            where = f"order {shown} (the ranks' own order: slowest link {significant(plain)} GB/s)"
+        lines.append(f"bamring: {where}, slowest link {significant(found.bottleneck_GBps)} GB/s"
+                     + ("" if found.exact else f", {found.gap:.1%} below the bound {significant(found.bound_GBps)}"))
     for a in algos:
         if a in _TREE_METHODS:
             tree = model.tree(a)
@@ -475,9 +531,7 @@ def main(argv):
         print(f"python -m bench model: {exc}", file=sys.stderr)
         return 2
     print("\n".join(heading(args, model, measured_ranks)))
-    header = ["size", "algorithm", "model time (us)", "model busbw (GB/s)", "limited by"]
-    if measured:
-        header += ["measured time (us)", "measured busbw (GB/s)", f"vs {NATIVE}"]
+    header = HEADER + (MEASURED_HEADER if measured else [])
     print("\n".join(table(header, model_table(model, algos, sizes, measured), left=(1, 4))))
     print("\n".join(notes(model, algos, max(sizes))))
     return 0
@@ -511,4 +565,5 @@ def heading(args, model, measured_ranks):
     if measured_ranks - {model.n}:
         ran = ", ".join(map(str, sorted(measured_ranks)))
         lines.append(comment(f"note: the measured runs had {ran} ranks, the model {model.n}"))
+    lines.append(comment(LEGEND))
     return lines

@@ -107,10 +107,10 @@ def build_parser():
                       help="root rank of rooted collectives; these three are rootless, so the root "
                            "column prints -1, as nccl-tests prints it for them")
     what.add_argument("--algo", default="all",
-                      help="comma list of ps,ring,tree,bamtree,kmtree,dbtree,rd,hier and the baselines mpi "
+                      help="comma list of ps,ring,bamring,tree,bamtree,kmtree,dbtree,rd,hier and the baselines mpi "
                            "(native MPI_Allreduce) and nccl (NCCL, --device gpu), or all (every one that "
-                           "can run here); bamtree and kmtree build their trees from --topology, or from "
-                           "a probe the driver runs first when it is not given; hier (hierarchical: within "
+                           "can run here); bamtree and kmtree build their trees, and bamring its ring order, from "
+                           "--topology, or from a probe the driver runs first when it is not given; hier (hierarchical: within "
                            "nodes, then across) takes its nodes from ALLREDUCE_NODE_MAP or shared memory, "
                            "and with ALLREDUCE_HIER_ACROSS=bamtree its tree across nodes from --topology too")
     what.add_argument("--collective", default="allreduce", choices=sorted(COLLECTIVES),
@@ -118,8 +118,9 @@ def build_parser():
     what.add_argument("--device", default="cpu", choices=("cpu", "gpu"),
                       help="cpu: NumPy buffers; gpu: CuPy buffers, GPU local_rank %% GPUs per rank")
     what.add_argument("--topology", metavar="FILE",
-                      help="bandwidth matrix for bamtree and kmtree (from python -m topology probe -o FILE); "
-                           "without it the driver probes first and saves the matrix beside the log")
+                      help="bandwidth matrix for bamtree, kmtree and bamring (from python -m topology probe -o "
+                           "FILE); without it the driver probes first and saves the matrix beside the log; with "
+                           "it, the summary gives each all-reduce's time over the lower bound on its links")
     what.add_argument("--probe-bytes", type=_size, default="4M", metavar="BYTES",
                       help="message size of that probe, K/M/G suffixes")
     how = p.add_argument_group("how it is measured (as nccl-tests)")

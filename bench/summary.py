@@ -1,5 +1,6 @@
 """The summary after the tables: per size, every algorithm's busbw, the fastest, and how it
-compares with native MPI (the ``mpi`` baseline).
+compares with native MPI (the ``mpi`` baseline); given the links (``--topology``), each
+all-reduce's time over the lower bound of any all-reduce on them (:mod:`bench.lower_bound`).
 
 Every line starts with ``#``, after the last table's ``Out of bounds values`` line, so
 parsers written for nccl-tests' tables (SuperBench's, CloudAI's) read past it. With several
@@ -19,14 +20,16 @@ def by_size(rows, placement="out_of_place"):
     samples = {}
     for row in rows:
         key = (row["type"], row["redop"], row["size"])
-        samples.setdefault(key, {}).setdefault(row["algorithm"], []).append(row[placement]["bus_bw"])
+        samples.setdefault(key, {}).setdefault(row["algorithm"], []).append(
+            (row[placement]["bus_bw"], row[placement].get("time", row[placement].get("cpu_time"))))
     summary = []
     for (dtype, op, size), per_algorithm in samples.items():
-        busbw = {name: statistics.median(values) for name, values in per_algorithm.items()}
+        busbw = {name: statistics.median(b for b, _ in values) for name, values in per_algorithm.items()}
+        time_us = {name: statistics.median(t for _, t in values) for name, values in per_algorithm.items()}
         fastest = max(busbw, key=busbw.get)
         reference = busbw.get(REFERENCE)
-        summary.append({"type": dtype, "redop": op, "size": size, "busbw": busbw, "fastest": fastest,
-                        "fastest_vs_mpi": busbw[fastest] / reference if reference else None})
+        summary.append({"type": dtype, "redop": op, "size": size, "busbw": busbw, "time_us": time_us,
+                        "fastest": fastest, "fastest_vs_mpi": busbw[fastest] / reference if reference else None})
     return summary
 
 
@@ -52,4 +55,26 @@ def text(summary, placement="out_of_place"):
             ratio = entry["fastest_vs_mpi"]
             lines.append(f"# {entry['size']:10d}{values} {entry['fastest'][:8]:>8} "
                          f"{ratio_text(ratio) if ratio is not None else '-':>8}")
+    return "\n".join(lines)
+
+
+def bound_text(summary, bound, placement="out_of_place"):
+    """Each algorithm's time over ``bound(size)`` (seconds; the lower bound on these links) as
+    ``#`` lines, one block per type and op, with the bound itself in the last column."""
+    if not summary:
+        return ""
+    names = list(dict.fromkeys(name for entry in summary for name in entry["time_us"]))
+    lines = ["#", f"# Time ({placement.replace('_', ' ')}) over the lower bound of any all-reduce on the links "
+                  "of --topology (ports' traffic or minimum cut)"]
+    groups = {}
+    for entry in summary:
+        groups.setdefault((entry["type"], entry["redop"]), []).append(entry)
+    for (dtype, op), entries in groups.items():
+        lines.append(f"# {dtype} {op}:")
+        lines.append(f"# {'size':>10}" + "".join(f" {name[:8]:>8}" for name in names) + f" {'bound us':>10}")
+        for entry in entries:
+            limit = bound(entry["size"])
+            cells = "".join(f" {ratio_text(entry['time_us'][n] * 1e-6 / limit):>8}"
+                            if n in entry["time_us"] and limit > 0 else f" {'-':>8}" for n in names)
+            lines.append(f"# {entry['size']:10d}{cells} {significant(limit * 1e6):>10}")
     return "\n".join(lines)

@@ -71,7 +71,7 @@ def test_one_rank_is_a_copy(algorithm, dtype):
         if op == "avg" and np.dtype(dtype).kind != "f":
             continue
         out = np.zeros_like(x)
-        extra = {"bandwidth": [[0.0]]} if algorithm in ("bamtree", "kmtree") else {}
+        extra = {"bandwidth": [[0.0]]} if algorithm in ("bamtree", "kmtree", "bamring") else {}
         assert algorithms.allreduce(x, out, op=op, algorithm=algorithm, **extra) is out
         assert np.array_equal(out, x)
 

@@ -186,7 +186,7 @@ def test_ring_ps_rd_and_binomial_tree_closed_forms(models, n):
 @pytest.mark.parametrize("n", RANKS)
 def test_the_uniform_network_agrees_with_the_matrix(models, n):
     full, light = models[n]
-    for algorithm in ("ps", "ring", "tree", "bamtree", "kmtree", "dbtree", "rd", "hier"):
+    for algorithm in ("ps", "ring", "bamring", "tree", "bamtree", "kmtree", "dbtree", "rd", "hier"):
         for m in SIZES:
             assert light.time(algorithm, m) == pytest.approx(full.time(algorithm, m), rel=1e-12)
             assert str(light.limit(algorithm, m)) == str(full.limit(algorithm, m))
@@ -303,7 +303,7 @@ def test_version_1_files_and_matrices_without_nodes(tmp_path):
     loaded = BandwidthMatrix.load(path)
     assert loaded.nodes == list(range(6)) and loaded.ports is None
     model, direct = Model(loaded), Model(het)
-    for algorithm in ("ps", "ring", "tree", "bamtree", "kmtree", "dbtree", "rd", "hier"):
+    for algorithm in ("ps", "ring", "bamring", "tree", "bamtree", "kmtree", "dbtree", "rd", "hier"):
         assert model.time(algorithm, 1 << 24) == pytest.approx(direct.time(algorithm, 1 << 24))
     b = np.array([[0, 4, 6], [4, 0, 1], [6, 1, 0]], dtype=float)
     p = phase(matrix(b), [1, 2], [0, 0])  # rank 0's ingress port: 6 GB/s, its fastest link in
@@ -335,13 +335,16 @@ def test_1024_ranks_on_10_GBps_ports():
     assert proc.returncode == 0, proc.stderr
     assert max(len(line) for line in proc.stdout.splitlines()) <= 120
     header, *rows = rows_of(proc.stdout)
-    assert header == ["size", "algorithm", "model time (us)", "model busbw (GB/s)", "limited by"]
+    assert header == ["size", "algorithm", "model us", "model GB/s", "limited by", "x bound"]
     cells = {(row[0], row[1]): row for row in rows}
     assert float(cells["256 MiB", "tree"][3]) <= 10 and cells["256 MiB", "tree"][4] == "port"
     assert cells["256 MiB", "ring"][4] == "link" and cells["1 KiB", "ring"][4] == "latency"
     assert float(cells["256 MiB", "ring"][3]) > float(cells["256 MiB", "tree"][3])
     assert re.search(r"# ring overtakes the binomial tree from \d+(\.\d)? MiB\n", proc.stdout)
     assert "# every rank its own node; each node's port 10 GB/s out and in" in proc.stdout
+    # the bound, 2(N-1)/N M/beta on 10 GB/s ports: the ring's time at 256 MiB over it is 1.00x and more
+    assert "# lower bound at 256 MiB: " + f"{2 * 1023 / 1024 * (256 << 20) / 10e9 * 1e6:.0f} us, traffic" in proc.stdout
+    assert float(cells["256 MiB", "ring"][5][:-1]) >= 1.0 and float(cells["256 MiB", "tree"][5][:-1]) > 4
 
 
 def test_model_ranks_per_node_and_hier_across():

@@ -1,5 +1,7 @@
 """The probe, run for real under mpiexec, writes a valid matrix in O(N) rounds; the CLI prints trees."""
 
+import json
+import os
 import subprocess
 import sys
 import time
@@ -246,10 +248,27 @@ def test_under_load_no_link_exceeds_the_copy_bandwidth(tmp_path):
 def test_a_port_is_the_links_that_held_their_transfers_plus_the_share_of_the_rest():
     """Closed forms of max-min sharing: 3 equal transfers through a 300 B/s port end together
     (300); one held by its own 50 B/s link leaves 250 to the other two; no port at all: the
-    links' sum; a shared port whose transfers end unevenly counts by the last of them."""
-    from topology.probe import port_rate
+    links' sum; a shared port whose transfers end unevenly counts by the last of them; a held
+    transfer counts at the rate it ran, also when that fell short of its link alone."""
+    from topology.probe import HELD_SHARE, port_rate
 
     assert port_rate(300, [3.0, 3.0, 3.0], [1e9] * 3) == pytest.approx(300)
     assert port_rate(300, [6.0, 2.4, 2.4], [50, 1e9, 1e9]) == pytest.approx(50 + 2 * 300 / 2.4)
     assert port_rate(300, [6.0, 1.0, 0.5], [50, 300, 600]) == pytest.approx(950)
     assert port_rate(300, [2.0, 3.0, 3.0], [1e9] * 3) == pytest.approx(300)  # not 350: the sum of rates
+    slow = 300 / (0.8 * 50)  # its link gave it 40 of its lone 50: still held, not a share of the port
+    assert HELD_SHARE <= 0.8 and port_rate(300, [slow, 2.4, 2.4], [50, 1e9, 1e9]) == pytest.approx(40 + 250)
+
+
+def test_the_measured_nodes_clock_counts_a_sender_that_starts_late():
+    """Rank 3 leaves every barrier 0.3 s after the others. Timed by the senders, its transfer
+    into rank 0 looks as fast as the others' (the port would seem to carry it in no time);
+    timed by the receiver, from the go it sends, the late start counts. Each transfer's
+    time is reported in its place."""
+    late = 0.3
+    proc = run_mpi(4, [os.path.join(ROOT, "tests", "scripts", "port_clocks.py"), str(late)], timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    times = json.loads(proc.stdout)
+    assert len(times["sender"]) == len(times["receiver"]) == 3
+    assert max(times["sender"]) < late / 2, times
+    assert times["receiver"][2] >= late and max(times["receiver"][:2]) < late / 2, times

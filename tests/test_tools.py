@@ -13,8 +13,8 @@ import pytest
 from conftest import ROOT, run_mpi
 
 VENDOR = ROOT / "tests" / "data" / "nccl-tests" / "superbench_8xA100_allreduce.log"
-MODELLED = ["ps", "ring", "tree", "bamtree", "kmtree", "dbtree", "rd", "hier"]  # bench model's default --algo
-ALGORITHMS = ["ps", "ring", "tree", "bamtree", "kmtree", "dbtree", "rd", "hier", "mpi"]
+MODELLED = ["ps", "ring", "bamring", "tree", "bamtree", "kmtree", "dbtree", "rd", "hier"]  # bench model's default --algo
+ALGORITHMS = ["ps", "ring", "bamring", "tree", "bamtree", "kmtree", "dbtree", "rd", "hier", "mpi"]
 HELP_FILES = ["bench/compare.py", "bench/model.py", "bench/plot.py", "bench/scaling.py", "bench/bound.py",
               "bench/perf.py", "bench/treebuild.py", "bench/lab/__main__.py", "bench/gpu_check.py"]
 
@@ -145,8 +145,8 @@ def test_model_fits_120_columns_and_compares_measured_with_mpi(sweep, probe):
     assert proc.returncode == 0, proc.stderr
     assert widest(proc.stdout) <= 120, proc.stdout
     header, *rows = cells(proc.stdout)
-    assert header == ["size", "algorithm", "model time (us)", "model busbw (GB/s)", "limited by",
-                      "measured time (us)", "measured busbw (GB/s)", "vs mpi"]
+    assert header == ["size", "algorithm", "model us", "model GB/s", "limited by", "x bound",
+                      "measured us", "measured GB/s", "x bound", "vs mpi"]
     assert "bytes" not in proc.stdout and "1 levels" not in proc.stdout
     assert "# tree: 1 level, bottleneck (GB/s) " in proc.stdout  # 2 ranks: one level
     measured, model = busbw(sweep), Model(BandwidthMatrix.load(probe))
@@ -161,7 +161,7 @@ def test_model_fits_120_columns_and_compares_measured_with_mpi(sweep, probe):
             assert float(row[-1][:-1]) == pytest.approx(measured[(algorithm, size)] / measured[("mpi", size)],
                                                         rel=0.006)
         else:
-            assert row[-3:] == ["-", "-", "-"]
+            assert row[-4:] == ["-", "-", "-", "-"]
         if algorithm != "mpi":  # the model's own numbers, unchanged
             assert float(row[2]) == pytest.approx(model.time(algorithm, size) * 1e6, rel=0.006)
             assert float(row[3]) == pytest.approx(model.busbw(algorithm, size), rel=0.006)
@@ -174,7 +174,7 @@ def test_model_uniform_links_without_results():
     assert widest(proc.stdout) <= 120
     assert proc.stdout.startswith("# alpha-beta model of 8 ranks, uniform links, alpha 10 us, beta 400 GB/s\n")
     header, *rows = cells(proc.stdout)
-    assert header == ["size", "algorithm", "model time (us)", "model busbw (GB/s)", "limited by"]
+    assert header == ["size", "algorithm", "model us", "model GB/s", "limited by", "x bound"]
     assert [row[0] for row in rows[::len(MODELLED)]] == ["1 KiB", "1 MiB", "1 GiB"]
     assert "# tree: 3 levels, bottlenecks (GB/s) 400.00, 400.00, 400.00" in proc.stdout
     assert re.search(r"# ring overtakes the binomial tree from \d+(\.\d)? [KMG]iB\n", proc.stdout), proc.stdout

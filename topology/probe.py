@@ -35,11 +35,14 @@ a copy of it) is impossible: it is stored as that copy bandwidth, flagged in
 the row compare like with like: the links between nodes among themselves (the leaders'
 K x K matrix), and each node's links within it among themselves.
 
-Ports (K >= 2 nodes; :func:`probe_ports`): node k's egress is the rate at which it sends to
-``min(K-1, 3)`` other nodes at once (node k's ranks in turn, each sending ``bytes`` to a
-different node's leader, all at once; the bytes of all of them over the slowest sender's
-time to send and get a 1-byte acknowledgement), its ingress the rate at which as many other
-nodes' leaders send to it at once (to node k's ranks in turn). One node at a time, the
+Ports (K >= 2 nodes; :func:`probe_ports`): node k's egress is measured by sending to
+``min(K-1, PORT_PEERS)`` other nodes at once (node k's ranks in turn, each sending ``bytes``
+to a different node's leader), its ingress by as many other nodes' leaders sending to it at
+once (to node k's ranks in turn). Node k's own ranks keep the time (the senders' clocks,
+to each 1-byte acknowledgement, for egress; the receivers', from a 1-byte go to each arrival,
+for ingress), so the other nodes' skew at the barrier cannot shorten it. The port is then
+:func:`port_rate` of the transfers' times: the rate of those held by their own links plus
+the bytes of the rest over the last of their times. One node at a time, the
 :data:`PERCENTILE`-th percentile of the repetitions; a port more than :data:`DISAGREE`
 times off the median of its direction is measured :data:`RETRIES` more times and the
 median kept, and one above ``peers`` copies at its host's copy bandwidth stored as that and
@@ -334,6 +337,9 @@ def probe(comm=None, nbytes=8 << 20, reps=5, warmup=2, mode="rounds", progress=N
         comm.Free()
 
 
+CLOCK = {"egress": "sender", "ingress": "receiver"}  # the measured node's ranks keep the time
+
+
 def port_plan(nodes, node, direction, peers=None):
     """The transfers (sender, receiver) that measure ``node``'s ``direction`` ("egress" or
     "ingress") port at once, and the other nodes they reach: the next ``peers`` nodes
@@ -351,57 +357,71 @@ def port_plan(nodes, node, direction, peers=None):
     return transfers, others
 
 
-def _concurrent(comm, transfers, payload, reps, warmup):
+def _concurrent(comm, transfers, payload, reps, warmup, clock="sender"):
     """Each transfer's robust time (s) when ``transfers`` (sender, receiver) run all at once,
-    on every rank, in their order: each repetition after a barrier, each transfer timed from
-    the start to its 1-byte acknowledgement, the :data:`PERCENTILE`-th percentile kept."""
+    on every rank, in their order; the :data:`PERCENTILE`-th percentile of the repetitions.
+
+    The side named by ``clock`` keeps the time, so that only its own ranks' skew leaving the
+    barrier enters (the measured node's, when it is that side): ``"sender"``, from the
+    sender's start after a barrier to the receiver's 1-byte acknowledgement, sent as soon as
+    the message is in; ``"receiver"``, from the 1-byte go the receiver sends after the
+    barrier to the message's arrival (the sender starts on the go)."""
+    if clock not in ("sender", "receiver"):
+        raise ValueError(f"unknown clock {clock!r}; choices: sender, receiver")
     rank = comm.Get_rank()
     targets = [r for s, r in transfers if s == rank]
     sources = [s for s, r in transfers if r == rank]
     inbox = [np.empty_like(payload) for _ in sources]
-    acks = [np.zeros(1, dtype=np.uint8) for _ in targets]
-    ack = np.zeros(1, dtype=np.uint8)
-    mine = [[] for _ in targets]  # per target, its times
+    signals = [np.zeros(1, dtype=np.uint8) for _ in targets]
+    signal = np.zeros(1, dtype=np.uint8)
+    mine = {(rank, t): [] for t in targets} if clock == "sender" else {(s, rank): [] for s in sources}
     for i in range(warmup + reps):
         comm.Barrier()
         start = time.perf_counter()
-        if sources:  # each sender's acknowledgement as soon as its message is in
-            arrivals = [comm.Irecv(buf, source, _TAG) for buf, source in zip(inbox, sources)]
-            answered = [comm.Isend(ack, sources[MPI.Request.Waitany(arrivals)], _TAG) for _ in sources]
-            MPI.Request.Waitall(answered)
-        if targets:
-            answers = [comm.Irecv(a, target, _TAG) for a, target in zip(acks, targets)]
-            sends = [comm.Isend(payload, target, _TAG) for target in targets]
-            for _ in targets:
-                index = MPI.Request.Waitany(answers)
-                if i >= warmup:
-                    mine[index].append(time.perf_counter() - start)
-            MPI.Request.Waitall(sends)
-    return _in_order(transfers, comm.allgather(targets), comm.allgather(mine))
+        if clock == "sender":
+            if sources:  # each sender's acknowledgement as soon as its message is in
+                arrivals = [comm.Irecv(buf, source, _TAG) for buf, source in zip(inbox, sources)]
+                answered = [comm.Isend(signal, sources[MPI.Request.Waitany(arrivals)], _TAG) for _ in sources]
+                MPI.Request.Waitall(answered)
+            if targets:
+                answers = [comm.Irecv(a, target, _TAG) for a, target in zip(signals, targets)]
+                sends = [comm.Isend(payload, target, _TAG) for target in targets]
+                for _ in targets:
+                    index = MPI.Request.Waitany(answers)
+                    if i >= warmup:
+                        mine[rank, targets[index]].append(time.perf_counter() - start)
+                MPI.Request.Waitall(sends)
+        else:
+            if sources:  # the go to every sender, then each arrival timed
+                arrivals = [comm.Irecv(buf, source, _TAG) for buf, source in zip(inbox, sources)]
+                gone = [comm.Isend(signal, source, _TAG) for source in sources]
+                for _ in sources:
+                    index = MPI.Request.Waitany(arrivals)
+                    if i >= warmup:
+                        mine[sources[index], rank].append(time.perf_counter() - start)
+                MPI.Request.Waitall(gone)
+            if targets:
+                waiting = [comm.Irecv(s, target, _TAG) for s, target in zip(signals, targets)]
+                sends = [comm.Isend(payload, targets[MPI.Request.Waitany(waiting)], _TAG) for _ in targets]
+                MPI.Request.Waitall(sends)
+    found = {pair: low(times) for rows in comm.allgather(mine) for pair, times in rows.items()}
+    return [found[pair] for pair in transfers]
 
 
-def _in_order(transfers, targets, times):
-    """The robust time of each of ``transfers``, from every rank's targets and their times."""
-    by_pair = {}
-    for sender, (rank_targets, flows) in enumerate(zip(targets, times)):
-        for target, t in zip(rank_targets, flows):
-            by_pair[sender, target] = low(t)
-    return [by_pair[pair] for pair in transfers]
+HELD_SHARE = 0.75  # a transfer through a port that reached this share of its link's lone rate was held by its link
 
 
 def port_rate(nbytes, times, links):
     """A port's capacity (B/s) from transfers of ``nbytes`` through it at once, their ``times``
-    and their links' own bandwidths (B/s), under max-min sharing: a transfer that took about
-    as long as its link alone allows (within 10%) was held by its link, and contributes that
-    rate; the others shared the rest of the port and ended together, so they add their bytes
-    over the last of their times. All held by their links: the port carried their sum (it may
-    be faster)."""
-    held = [t <= 1.1 * nbytes / link for t, link in zip(times, links)]
-    rate = sum(link for link, h in zip(links, held) if h)
+    and their links' own bandwidths (B/s), under max-min sharing: a transfer that reached at
+    least :data:`HELD_SHARE` of its link's lone rate was held by its link, ran at its own rate
+    throughout and contributes that rate (``nbytes / time``); the others shared the rest of
+    the port and ended together, so they add their bytes over the last of their times. All
+    held by their links: the port carried their sum (it may be faster)."""
+    held = [nbytes / t >= HELD_SHARE * link for t, link in zip(times, links)]
+    rate = sum(nbytes / t for t, h in zip(times, held) if h)
     shared = [t for t, h in zip(times, held) if not h]
     return rate + (len(shared) * nbytes / max(shared) if shared else 0.0)
-
-
 
 
 def probe_ports(comm, nodes, payload, reps, warmup, copies=None, hosts=None, progress=None, bandwidth=None):
@@ -417,7 +437,7 @@ def probe_ports(comm, nodes, payload, reps, warmup, copies=None, hosts=None, pro
     def measure(keys, report=False):
         for number, key in enumerate(keys, 1):
             transfers = plans[key][0]
-            times = _concurrent(comm, transfers, payload, reps, warmup)
+            times = _concurrent(comm, transfers, payload, reps, warmup, clock=CLOCK[key[0]])
             links = [bandwidth[a, b] * 1e9 if bandwidth is not None and bandwidth[a, b] > 0 else np.inf
                      for a, b in transfers]
             samples[key].append(port_rate(payload.nbytes, times, links))
@@ -443,9 +463,10 @@ def probe_ports(comm, nodes, payload, reps, warmup, copies=None, hosts=None, pro
     record = {
         "method": f"one node at a time: egress, the node's ranks in turn each sending bytes to a different "
                   f"one of the next {peers} nodes' leaders at once; ingress, those nodes' leaders sending to "
-                  f"the node's ranks at once, each timed to a 1-byte ack (the {PERCENTILE}th percentile of the "
-                  "repetitions); the port: the links' rates of the transfers that took as long as their link "
-                  "alone allows (within 10%), plus the bytes of the others over the last of their times; ports more than "
+                  f"the node's ranks at once, timed by the node's own ranks (egress: send to a 1-byte ack; ingress: a 1-byte go to the "
+                  f"arrival; the {PERCENTILE}th percentile of the repetitions); the port: the rates of the transfers "
+                  f"that reached {HELD_SHARE:g} of their link's lone rate, plus the bytes of the others over the "
+                  "last of their times; ports more than "
                   f"{DISAGREE:g}x off the median of their direction measured {RETRIES} more times, median kept",
         "peers": peers,
         "bytes": int(payload.nbytes),

@@ -7,7 +7,8 @@
         [--slow-nic NODE:MBIT] [--slow-pair A:B:MBIT]
   down  remove exactly what ``up`` created (by its state file)
   exec  -- ARGS...   run ``python ARGS`` as one MPI job, R ranks in each node's namespace
-  run   [--only NAME ...] [--sizes 8M,...]   every experiment, lab up and down around each
+  run   [--only NAME ...] [--sizes 8M,...] [--probe-bytes 8M] [--iters N]
+                      every experiment, lab up and down around each
 
 Rates are Mbit/s (a JSON file: {"rates_mbit": [[...]]}, or a probe-format matrix in GB/s).
 Exit 3 when the lab cannot run here (not root, no iproute2 or unshare), with the reason.
@@ -182,6 +183,10 @@ def main(argv=None):
                    help=f"run only these experiments, of {', '.join(experiments.topologies())} (default: all)")
     r.add_argument("--sizes", help="comma list of message sizes in bytes, K/M/G powers of 1024, e.g. 8M "
                                    "(default: each experiment's own)")
+    r.add_argument("--probe-bytes", type=parse_size, default=experiments.PROBE_BYTES, metavar="SIZE",
+                   help="message size of the probe, K/M/G powers of 1024 (default 8M)")
+    r.add_argument("--iters", type=int, default=None, metavar="N",
+                   help="timed iterations per size, bench -n (default: each experiment's own, 3 or 2)")
     args = p.parse_args(argv)
     _raise_on_signals()
     try:
@@ -203,7 +208,10 @@ def main(argv=None):
             command = network.mpmd_command(lab, experiments.mpiexec_path(), [sys.executable, *argv])
             return subprocess.run(command, env={**os.environ, **network.mpi_environment(lab)}).returncode
         sizes = [parse_size(s) for s in args.sizes.split(",")] if args.sizes else None
-        records = experiments.run_all(args.out, args.tag, args.only, sizes, owner=args.owner)
+        if args.iters is not None and args.iters < 1:
+            raise network.LabError("--iters must be at least 1")
+        records = experiments.run_all(args.out, args.tag, args.only, sizes, owner=args.owner,
+                                      probe_bytes=args.probe_bytes, iters=args.iters)
         print(open(os.path.join(args.out, "summary.md")).read())
         return 0 if all(t["holds"] for rec in records for t in rec["targets"]) else 1
     except network.LabError as exc:

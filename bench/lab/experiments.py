@@ -30,10 +30,12 @@ from topology import BandwidthMatrix, build_tree, random_heterogeneous, seed_exa
 from topology.files import write_json_atomically, write_text_atomically
 from topology.probe import PERCENTILE
 from topology.report import findings, heatmap
+from topology.rings import ring_bottleneck
 
 from ..machine import describe
 from ..model import Model
 from ..results import read_results
+from ..tables import size_label
 from . import network
 
 MIB = 1 << 20
@@ -42,8 +44,8 @@ PROBE_REPS, PROBE_WARMUP = 5, 1
 PROBE_TOLERANCE = 0.10
 ITERS, WARMUP = 3, 1  # bench -n, -w
 MODEL_TOLERANCE = 0.20
-PAIR_ALGOS = ("bamtree", "kmtree", "tree", "ring", "ps")
-NODE_ALGOS = ("hier", "ring", "tree", "dbtree", "bamtree", "kmtree", "ps")
+PAIR_ALGOS = ("bamtree", "kmtree", "tree", "ring", "bamring", "ps")
+NODE_ALGOS = ("hier", "ring", "bamring", "tree", "dbtree", "bamtree", "kmtree", "ps")
 HIER_BAM = "hier-bamtree"  # hier with its all-reduce across the nodes on the BAM tree of the node matrix
 
 # The 2x2 example of the bottleneck-aware matching (topology.seed_example) with ranks ordered A, a, B, b and 1 GB/s = 50 Mbit/s: from
@@ -196,7 +198,7 @@ def _bench(lab, algos, sizes, probe_file, results_file, env=None, iters=ITERS):
     return read_results(results_file)
 
 
-def run_topology(name, shape, workdir, out, tag, owner=None, sizes=None):
+def run_topology(name, shape, workdir, out, tag, owner=None, sizes=None, probe_bytes=PROBE_BYTES, iters=None):
     """One shape, lab up to lab down: the record written to ``<name>.json``."""
     sizes = sizes or shape["sizes"]
     algos = list(shape["algos"])
@@ -205,11 +207,11 @@ def run_topology(name, shape, workdir, out, tag, owner=None, sizes=None):
     try:
         probe_file = os.path.join(workdir, f"{name}-probe.json")
         before = lab.class_bytes()
-        _in_lab(lab, ["-m", "topology", "probe", "-o", probe_file, "-b", str(PROBE_BYTES), "--reps", str(PROBE_REPS),
+        _in_lab(lab, ["-m", "topology", "probe", "-o", probe_file, "-b", str(probe_bytes), "--reps", str(PROBE_REPS),
                       "--warmup", str(PROBE_WARMUP), "--mode", shape.get("probe_mode", "rounds")], timeout=600)
-        htb = htb_check(lab, lab.class_bytes() - before, (PROBE_REPS + PROBE_WARMUP) * PROBE_BYTES)
+        htb = htb_check(lab, lab.class_bytes() - before, (PROBE_REPS + PROBE_WARMUP) * probe_bytes)
         probed = BandwidthMatrix.load(probe_file, ranks=lab.ranks)
-        iters = shape.get("iters", ITERS)
+        iters = iters or shape.get("iters", ITERS)
         rows = _bench(lab, algos, sizes, probe_file, os.path.join(workdir, f"{name}-bench.json"), iters=iters)
         if "hier" in algos:
             algos.append(HIER_BAM)
@@ -219,14 +221,18 @@ def run_topology(name, shape, workdir, out, tag, owner=None, sizes=None):
     finally:
         network.down(tag, owner)
     model = Model(with_uplinks(probed, shape))
-    runs = []
+    runs, bounds = [], {}
     for row in rows:
         algo, size = row["algorithm"], row["size"]
         predicted = model_time(model, algo, size) * 1e6
         measured = row["out_of_place"]["time"]
+        bound = model.lower_bound(size)
+        bounds[size] = {"bytes": size, "time_us": round(bound.seconds * 1e6, 1), "kind": bound.kind,
+                        "detail": bound.detail}
         runs.append({"algorithm": algo, "bytes": size, "time_us": measured,
                      "busbw_GBps": row["out_of_place"]["bus_bw"], "in_place_time_us": row["in_place"]["time"],
                      "predicted_us": round(predicted, 1), "model_error": round(predicted / measured - 1, 4),
+                     "x_bound": round(measured / (bound.seconds * 1e6), 3),
                      "limit": model_limit(model, algo, size), "wrong": row["out_of_place"]["nwrong"] or 0})
     links, ports = probe_accuracy(shape, probed)
     trees = tree_summary(probed, algos)
@@ -234,10 +240,21 @@ def run_topology(name, shape, workdir, out, tag, owner=None, sizes=None):
     heatmap(probed, os.path.join(out, f"{name}-heatmap.png"), f"{name}: probed bandwidth (GB/s)")
     record = {"name": name, "description": shape["description"], "ranks": lab.ranks, "nodes": lab.k,
               "shape": lab.shape(), "goodput_factor": network.GOODPUT,
-              "probe": {"bytes": PROBE_BYTES, "reps": PROBE_REPS, "warmup": PROBE_WARMUP, "matrix": probed.to_json()},
-              "links": links, "ports": ports, "htb": htb, "trees": trees, "report": found, "runs": runs}
+              "probe": {"bytes": probe_bytes, "reps": PROBE_REPS, "warmup": PROBE_WARMUP, "matrix": probed.to_json()},
+              "links": links, "ports": ports, "htb": htb, "trees": trees, "ring": ring_summary(model, algos),
+              "lower_bound": list(bounds.values()), "report": found, "runs": runs}
     record["targets"] = targets(shape, record)
     return record
+
+
+def ring_summary(model, algos):
+    """bamring's order from the probed matrix, its slowest link and the ranks' own order's (Mbit/s)."""
+    if "bamring" not in algos:
+        return None
+    order = [int(r) for r in model.ring_order("bamring")]
+    w = model.matrix.bandwidth
+    return {"order": order, "bottleneck_mbit": round(ring_bottleneck(w, order) * 8000, 1),
+            "own_order_bottleneck_mbit": round(ring_bottleneck(w, range(model.n)) * 8000, 1)}
 
 
 def model_time(model, algo, size):
@@ -271,12 +288,19 @@ def targets(shape, record):
     bam_wins_on_paper = pair_trees and shape.get("nic_mbit") is None and \
         trees["bamtree"]["bottleneck_GBps"] > trees["kmtree"]["bottleneck_GBps"]
     for size in sizes:
-        label = f"{size // MIB} MiB"
+        label = size_label(size)
         if bam_wins_on_paper and all((a, size) in by for a in ("bamtree", "kmtree", "tree")):
             bam, km, binomial = (by[(a, size)]["time_us"] for a in ("bamtree", "kmtree", "tree"))
             checks.append({"target": f"bamtree faster than kmtree and tree at {label}",
                            "measured": f"bamtree {bam / 1e3:.0f} ms, kmtree {km / 1e3:.0f} ms, tree {binomial / 1e3:.0f} ms",
                            "holds": bam < km and bam < binomial})
+        if ("bamring", size) in by and ("ring", size) in by and \
+                by[("bamring", size)]["predicted_us"] < 0.9 * by[("ring", size)]["predicted_us"]:
+            bam, ring = by[("bamring", size)], by[("ring", size)]
+            checks.append({"target": f"bamring faster than ring at {label}, as the model says",
+                           "measured": f"bamring {bam['time_us'] / 1e3:.0f} ms, ring {ring['time_us'] / 1e3:.0f} ms "
+                                       f"(model {bam['predicted_us'] / 1e3:.0f}, {ring['predicted_us'] / 1e3:.0f})",
+                           "holds": bam["time_us"] < ring["time_us"]})
         if shape.get("ranks_per_node", 1) > 1 and "degraded_nic" not in shape and ("hier", size) in by:
             hier, ring = by[("hier", size)], by[("ring", size)]
             measured, modelled = ring["time_us"] / hier["time_us"], ring["predicted_us"] / hier["predicted_us"]
@@ -329,7 +353,7 @@ def degraded_checks(node, record, by, sizes):
                 continue
             r = by[(other, size)]
             if bam["predicted_us"] < r["predicted_us"]:
-                checks.append({"target": f"{HIER_BAM} faster than {other} at {size // MIB} MiB, as the model says",
+                checks.append({"target": f"{HIER_BAM} faster than {other} at {size_label(size)}, as the model says",
                                "measured": f"{HIER_BAM} {bam['time_us'] / 1e3:.0f} ms, {other} {r['time_us'] / 1e3:.0f} ms "
                                            f"(model {bam['predicted_us'] / 1e3:.0f}, {r['predicted_us'] / 1e3:.0f})",
                                "holds": bam["time_us"] < r["time_us"]})
@@ -349,7 +373,7 @@ def summary_markdown(records, machine, seconds):
     for rec in records:
         errors = [abs(l["error"]) for l in rec["links"]]
         lines += [f"## {rec['name']}: {rec['description']}", "",
-                  f"Probe ({rec['probe']['bytes'] // MIB} MiB, {PERCENTILE}th percentile of {rec['probe']['reps']}): "
+                  f"Probe ({size_label(rec['probe']['bytes'])}, {PERCENTILE}th percentile of {rec['probe']['reps']}): "
                   f"{len(errors)} directed links between nodes, mean |error| {np.mean(errors):.1%}, worst {max(errors):.1%}"
                   + (f"; NICs: worst {max(abs(p['error']) for p in rec['ports']):.1%}" if rec["ports"] else "")
                   + f". HTB counters: {'every shaped class carried the probe' if rec['htb']['ok'] else 'classes short: ' + str(rec['htb']['classes_short'])}.",
@@ -361,11 +385,18 @@ def summary_markdown(records, machine, seconds):
             for algo, t in rec["trees"].items():
                 lines.append(f"| {algo} | {t['levels']} | {', '.join(f'{b * 8000:.0f}' for b in t['bottlenecks_GBps'])} |")
             lines.append("")
-        lines += ["| algorithm | bytes | measured (ms) | model (ms) | model error | limit (model) | busbw (MB/s) |",
-                  "|---|---:|---:|---:|---:|---|---:|"]
+        if rec.get("ring"):
+            ring = rec["ring"]
+            lines += [f"bamring's order (from the probe): {' '.join(map(str, ring['order']))}, slowest link "
+                      f"{ring['bottleneck_mbit']:.0f} Mbit/s (the ranks' own order: {ring['own_order_bottleneck_mbit']:.0f}).", ""]
+        for b in rec.get("lower_bound", []):
+            lines += [f"Lower bound at {size_label(b['bytes'])} (any all-reduce on the probed links, ports and uplinks): "
+                      f"{b['time_us'] / 1e3:.1f} ms, {b['kind']}: {b['detail']}.", ""]
+        lines += ["| algorithm | bytes | measured (ms) | model (ms) | model error | x bound | limit (model) | busbw (MB/s) |",
+                  "|---|---:|---:|---:|---:|---:|---|---:|"]
         for r in sorted(rec["runs"], key=lambda r: (r["bytes"], r["time_us"])):
             lines.append(f"| {r['algorithm']} | {r['bytes']} | {r['time_us'] / 1e3:.1f} | {r['predicted_us'] / 1e3:.1f} | "
-                         f"{r['model_error']:+.1%} | {r['limit']} | {r['busbw_GBps'] * 1e3:.1f} |")
+                         f"{r['model_error']:+.1%} | {r['x_bound']:.2f}x | {r['limit']} | {r['busbw_GBps'] * 1e3:.1f} |")
         lines += ["", "| target | measured | holds |", "|---|---|---|"]
         for t in rec["targets"]:
             lines.append(f"| {t['target']} | {t['measured']} | {'yes' if t['holds'] else '**no**'} |")
@@ -390,8 +421,12 @@ def plot(records, path):
         x = np.arange(len(runs))
         ax.bar(x - 0.2, [r["time_us"] / 1e3 for r in runs], 0.4, label="measured")
         ax.bar(x + 0.2, [r["predicted_us"] / 1e3 for r in runs], 0.4, label="port-aware model")
+        bound = [b for b in rec.get("lower_bound", []) if b["bytes"] == size]
+        if bound:
+            ax.axhline(bound[0]["time_us"] / 1e3, color="black", linestyle="--", linewidth=1,
+                       label="lower bound (any all-reduce)")
         ax.set_xticks(x, [r["algorithm"] for r in runs], rotation=30, ha="right")
-        ax.set_ylabel(f"time for {size // MIB} MiB (ms)")
+        ax.set_ylabel(f"time for {size_label(size)} (ms)")
         ax.set_title(f"{rec['name']}: {rec['ranks']} ranks on {rec['nodes']} namespaces")
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -401,7 +436,7 @@ def plot(records, path):
     os.replace(tmp, path)
 
 
-def run_all(out, tag, only=None, sizes=None, owner=None):
+def run_all(out, tag, only=None, sizes=None, owner=None, probe_bytes=PROBE_BYTES, iters=None):
     """Every shape (or ``only`` those): write the JSON per shape, the summary and the plot."""
     started = datetime.datetime.now()
     machine = describe()
@@ -412,7 +447,7 @@ def run_all(out, tag, only=None, sizes=None, owner=None):
             if only and name not in only:
                 continue
             print(f"# lab: {name} ({len(shape['rates'])} namespaces)", file=sys.stderr, flush=True)
-            record = run_topology(name, shape, workdir, out, tag, owner, sizes)
+            record = run_topology(name, shape, workdir, out, tag, owner, sizes, probe_bytes, iters)
             record["machine"] = machine
             write_json_atomically(os.path.join(out, f"{name}.json"), record)
             records.append(record)

@@ -77,10 +77,10 @@ def counts_for(size):
 
 
 def options(algorithm, size):
-    """Extra keyword arguments an algorithm needs: a bandwidth matrix for the matched trees
-    (random and heterogeneous, so their trees differ from the binomial one)."""
-    method = getattr(algorithms.ALGORITHMS[algorithm], "tree_method", None)
-    if method in ("bam", "km"):
+    """Extra keyword arguments an algorithm needs: a bandwidth matrix for the matched trees and
+    bamring (random and heterogeneous, so their trees differ from the binomial one and the
+    ring's order from the ranks')."""
+    if algorithms.needs_bandwidth(algorithm):
         return {"bandwidth": random_heterogeneous(size, seed=size).bandwidth}
     return {}
 

@@ -1,0 +1,31 @@
+"""Times three concurrent transfers into rank 0 ((1, 0), (2, 0), (3, 0)) with
+topology.probe._concurrent under each clock, rank 3 leaving every barrier LATE seconds after
+the others; rank 0 prints {clock: [time of each transfer]} as JSON. Run on 4 ranks."""
+
+import json
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from topology.probe import _concurrent
+
+LATE = float(sys.argv[1])
+
+
+class LateLeaver(MPI.Intracomm):
+    """COMM_WORLD whose Barrier keeps rank 3 LATE seconds longer: a busy core's skew."""
+
+    def Barrier(self):
+        super().Barrier()
+        if self.Get_rank() == 3:
+            time.sleep(LATE)
+
+
+comm = LateLeaver(MPI.COMM_WORLD)
+transfers = [(1, 0), (2, 0), (3, 0)]
+payload = np.zeros(1 << 16, dtype=np.uint8)
+found = {clock: _concurrent(comm, transfers, payload, reps=3, warmup=1, clock=clock) for clock in ("sender", "receiver")}
+if comm.Get_rank() == 0:
+    print(json.dumps(found))

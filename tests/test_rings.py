@@ -1,0 +1,122 @@
+"""The bottleneck ring (topology.rings): against brute force over every order for small N,
+the heuristic beyond the exact search against planted rings and the threshold bound, nodes
+kept in one run, and bench model's bamring against the ring's closed form."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from topology import BandwidthMatrix
+from topology.rings import EXACT_RANKS, bottleneck_ring, ring_bottleneck
+
+
+def brute_force(w):
+    """The largest slowest link of any ring: every order of the ranks after rank 0."""
+    n = len(w)
+    return max(ring_bottleneck(w, (0, *rest)) for rest in itertools.permutations(range(1, n)))
+
+
+def is_ring(order, n):
+    return sorted(order) == list(range(n)) and order[0] == 0
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 6, 7, 8])
+def test_the_exact_search_finds_the_brute_force_bottleneck(n):
+    """Random integer weights 1..20 (distinct enough that the ranks' own order is kept only
+    when it is as fast), asymmetric, some links missing; both the exact search and the
+    heuristic (forced) against every order, the heuristic never above the bound."""
+    rng = np.random.default_rng(n)
+    for trial in range(25):
+        w = rng.integers(1, 21, size=(n, n)).astype(float)
+        if trial % 3 == 0:
+            w[rng.random((n, n)) < 0.3] = 0.0
+        np.fill_diagonal(w, 0.0)
+        best = brute_force(w)
+        if best <= 0:
+            with pytest.raises(ValueError, match="no ring over these links"):
+                bottleneck_ring(w)
+            continue
+        ring = bottleneck_ring(w)
+        assert is_ring(ring.order, n) and ring.exact
+        assert ring.bottleneck_GBps == ring_bottleneck(w, ring.order) == best, (w, ring)
+        searched = bottleneck_ring(w, exact_up_to=0)
+        assert is_ring(searched.order, n) and not searched.exact
+        assert searched.bottleneck_GBps <= best <= searched.bound_GBps
+
+
+def test_the_direction_of_the_ring_counts():
+    """One-way fast links 0->1->2->3->0 (10), the way back slow (1): the ring runs the fast way;
+    reversed, the ring must run the other way round."""
+    w = np.ones((4, 4))
+    for a in range(4):
+        w[a, (a + 1) % 4] = 10.0
+    np.fill_diagonal(w, 0.0)
+    assert bottleneck_ring(w).order == (0, 1, 2, 3)
+    assert bottleneck_ring(w.T).order == (0, 3, 2, 1) and bottleneck_ring(w.T).bottleneck_GBps == 10.0
+
+
+@pytest.mark.parametrize("n", [EXACT_RANKS, EXACT_RANKS + 1, 48, 200])
+def test_a_planted_ring_is_found_at_any_size(n):
+    """Links of 10-20 GB/s on one hidden cycle, 0.1-1 elsewhere: the best ring is the planted
+    one (its slowest link), the bound says so, and the search finds it beyond 16 ranks too."""
+    rng = np.random.default_rng(n)
+    w = rng.uniform(0.1, 1.0, size=(n, n))
+    cycle = rng.permutation(n)
+    for a, b in zip(cycle, np.roll(cycle, -1)):
+        w[a, b] = rng.uniform(10, 20)
+    np.fill_diagonal(w, 0.0)
+    planted = ring_bottleneck(w, cycle)
+    ring = bottleneck_ring(w)
+    assert is_ring(ring.order, n) and ring.bottleneck_GBps == planted
+    assert ring.exact == (n <= EXACT_RANKS) and ring.gap == 0.0
+
+
+def test_beyond_the_exact_search_the_gap_to_the_bound_is_reported():
+    rng = np.random.default_rng(5)
+    w = rng.uniform(1, 10, size=(40, 40))
+    np.fill_diagonal(w, 0.0)
+    ring = bottleneck_ring(w)
+    assert is_ring(ring.order, 40) and not ring.exact
+    assert ring.bottleneck_GBps == ring_bottleneck(w, ring.order) <= ring.bound_GBps
+    assert ring.gap == pytest.approx(1 - ring.bottleneck_GBps / ring.bound_GBps) and 0.0 <= ring.gap < 0.5
+
+
+def test_nodes_are_visited_in_one_run_each():
+    """4 nodes of 2 ranks in a scrambled numbering; node links 100, between nodes 5, except
+    nodes 0 and 1 (1 GB/s): every node's ranks are neighbours in the ring, and it avoids 0-1."""
+    nodes = [0, 1, 2, 3, 1, 0, 3, 2]
+    between = np.array([[0, 1, 5, 5], [1, 0, 5, 5], [5, 5, 0, 5], [5, 5, 5, 0]], dtype=float)
+    w = between[np.ix_(nodes, nodes)]
+    w[np.equal.outer(nodes, nodes)] = 100.0
+    np.fill_diagonal(w, 0.0)
+    ring = bottleneck_ring(BandwidthMatrix(w, nodes=nodes))
+    order = list(ring.order)
+    visits = [nodes[r] for r in order]
+    runs = [k for i, k in enumerate(visits) if k != visits[i - 1]]
+    assert is_ring(order, 8) and sorted(runs) == [0, 1, 2, 3], visits  # each node entered once
+    assert ring.bottleneck_GBps == 5.0
+
+
+def test_the_ranks_own_order_is_kept_when_it_is_as_fast():
+    w = np.full((5, 5), 3.0)
+    np.fill_diagonal(w, 0.0)
+    assert bottleneck_ring(w).order == (0, 1, 2, 3, 4)
+
+
+def test_bamring_is_modelled_as_the_ring_on_its_slowest_link():
+    """bench model: on uniform links bamring is the ring; on links where the ranks' order
+    crosses a slow link and another order does not, bamring's time is the ring's closed form
+    2(N-1)(alpha + M/(N b)) with b the bottleneck ring's slowest link."""
+    from bench.model import Model
+
+    n, m = 6, 64e6
+    w = np.full((n, n), 10.0)
+    w[2, 3] = w[3, 2] = 0.5  # on the ranks' ring, not needed by another
+    np.fill_diagonal(w, 0.0)
+    matrix = BandwidthMatrix(w, np.zeros((n, n)))
+    model = Model(matrix)
+    ring = bottleneck_ring(matrix)
+    assert ring.bottleneck_GBps == 10.0 and ring_bottleneck(w, range(n)) == 0.5
+    assert model.time("bamring", m) == pytest.approx(2 * (n - 1) * m / n / 10e9, rel=1e-9)
+    assert model.time("ring", m) == pytest.approx(2 * (n - 1) * m / n / 0.5e9, rel=1e-9)
