@@ -54,3 +54,4 @@ def _ring_order(matrix):
 
 allreduce.prepare = prepare
 allreduce.needs_bandwidth = lambda: True
+allreduce.needs_plan = True  # never run without its order (the common case of collectives.allreduce)

@@ -19,7 +19,8 @@ from .registered import Registry
 from .registry import ALGORITHMS
 
 _KINDS = ("allreduce", "reduce_scatter", "all_gather")
-_TREELESS = {name: run for name, run in ALGORITHMS.items() if not hasattr(run, "tree_method")}
+_TREELESS = {name: run for name, run in ALGORITHMS.items()  # those that can run without a tree or plan
+             if not hasattr(run, "tree_method") and not getattr(run, "needs_plan", False)}
 
 
 def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None, check=True,

@@ -5,7 +5,8 @@ A function with a ``tree_method`` attribute also takes the ``topology.Tree`` to 
 built by that ``topology.build_tree`` method unless the caller passes one. A function with
 a ``prepare(size, tree, bandwidth, name)`` attribute checks those arguments itself, and what
 it returns, unless None, is passed on as a fourth argument (with a ``digest()`` the ranks agree on);
-its ``needs_bandwidth()``, when it has one, says whether it needs ``bandwidth=`` as things stand.
+its ``needs_bandwidth()``, when it has one, says whether it needs ``bandwidth=`` as things stand,
+and ``needs_plan`` that it never runs without what ``prepare`` returns.
 """
 
 from . import bamring, double_tree, hier, ps, recursive_doubling, ring, tree

@@ -136,14 +136,14 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     comm = MPI.COMM_WORLD
-    rank, size = comm.Get_rank(), comm.Get_size()
+    rank = comm.Get_rank()
     spec = COLLECTIVES[args.collective]
     say = print if rank == 0 else (lambda *a, **k: None)
     if rank == 0 and launched_alone():
         sys.stderr.write(f"{PROG}: running 1 rank; for N ranks start it as mpiexec -n N python -m bench ...\n")
     crowded = oversubscription(comm)
 
-    xp, device, nccl = np, -1, None
+    xp, device, nccl, gloo = np, -1, None, None
     try:
         if args.device == "gpu":
             from .gpu import NcclBaseline, select_device
@@ -151,10 +151,24 @@ def main(argv=None):
             xp, device, gpus = select_device(comm)
             if "nccl" in args.algos:
                 nccl = NcclBaseline(comm, gpus)
-    except RuntimeError as exc:  # raised on every rank alike (bench.gpu)
+        if "gloo" in args.algos:
+            from .gloo import GlooBaseline
+
+            gloo = GlooBaseline(comm)
+    except RuntimeError as exc:  # raised on every rank alike (bench.gpu, bench.gloo)
         if rank == 0:
             sys.stderr.write(f"{PROG}: {exc}\n")
         return 2
+    try:
+        return _sweep(comm, args, argv, spec, say, crowded, xp, device, nccl, gloo)
+    finally:
+        if gloo is not None:
+            gloo.close()
+
+
+def _sweep(comm, args, argv, spec, say, crowded, xp, device, nccl, gloo):
+    """The sweep itself: every algorithm, dtype, op and size; the exit status."""
+    rank, size = comm.Get_rank(), comm.Get_size()
     device_info = (f"{xp.cuda.runtime.getDeviceProperties(device)['name'].decode()}" if device >= 0
                    else "host memory")
     devices = comm.gather({"rank": rank, "group": 0, "pid": os.getpid(), "hostname": socket.gethostname(),
@@ -194,7 +208,7 @@ def main(argv=None):
     total_wrong = 0
     try:
         for algo in args.algos:
-            transport = transport_of(algo, comm, xp)
+            transport = transport_of(algo, comm, xp, gloo)
             if rank == 0:
                 say(header_lines(comm, args, algo, devices, transport, crowded), flush=True)
             reset_peak()
@@ -203,7 +217,7 @@ def main(argv=None):
                 for op in args.ops:
                     if not runs(dtype, op):
                         continue
-                    run = make_runner(spec, algo, comm, op, args.topology, nccl)
+                    run = make_runner(spec, algo, comm, op, args.topology, nccl, gloo)
                     cycles = itertools.count(1) if args.run_cycles == 0 else range(1, args.run_cycles + 1)
                     for cycle in cycles:
                         label = (f"{algo} {TYPE_NAMES.get(dtype, dtype)} {op}"
@@ -270,8 +284,10 @@ def hier_text(layout):
             f"{layout['across']} across")
 
 
-def transport_of(algo, comm, xp):
+def transport_of(algo, comm, xp, gloo=None):
     """What carries ``algo``'s messages, for its header (collective: every rank calls it)."""
+    if algo == "gloo":
+        return gloo.description
     if algo == "mpi":
         return "the MPI library's own collective" + (" on device buffers (CUDA-aware MPI)" if xp is not np else "")
     if algo == "nccl":

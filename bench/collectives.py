@@ -159,8 +159,9 @@ def _average(result, op, size):
 
 
 def algorithm_names(spec):
-    """Everything ``--algo all`` can mean for a collective: ours, then the baselines."""
-    return [*spec.ours, "mpi", "nccl"]
+    """Every name ``--algo`` takes for a collective: ours, then the baselines (gloo, PyTorch's,
+    for the all-reduce only)."""
+    return [*spec.ours, "mpi", "nccl", *(["gloo"] if spec.name == "allreduce" else [])]
 
 
 def needs_topology(name):
@@ -169,12 +170,14 @@ def needs_topology(name):
     return name in algorithms.ALGORITHMS and algorithms.needs_bandwidth(name)
 
 
-def make_runner(spec, name, comm, op, topology=None, nccl=None):
+def make_runner(spec, name, comm, op, topology=None, nccl=None, gloo=None):
     """``run(send, recv, check=False) -> result`` for algorithm ``name`` of collective ``spec``."""
     if name == "mpi":
         return spec.run_mpi(comm, op)
     if name == "nccl":
         return nccl.runner(spec.name, op)
+    if name == "gloo":
+        return gloo.runner(spec.name, op)
     method = getattr(algorithms.ALGORITHMS.get(name), "tree_method", None)
     if method:
         return spec.run_ours(name, comm, op, tree=tree_for(method, comm.size, bandwidth=topology, name=name))

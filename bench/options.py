@@ -108,8 +108,9 @@ def build_parser():
                            "column prints -1, as nccl-tests prints it for them")
     what.add_argument("--algo", default="all",
                       help="comma list of ps,ring,bamring,tree,bamtree,kmtree,dbtree,rd,hier and the baselines mpi "
-                           "(native MPI_Allreduce) and nccl (NCCL, --device gpu), or all (every one that "
-                           "can run here); bamtree and kmtree build their trees, and bamring its ring order, from "
+                           "(native MPI_Allreduce), nccl (NCCL, --device gpu) and gloo (PyTorch's "
+                           "torch.distributed on CPU tensors, when torch is installed), or all (ours and "
+                           "every MPI and NCCL baseline that can run here; gloo only by name); bamtree and kmtree build their trees, and bamring its ring order, from "
                            "--topology, or from a probe the driver runs first when it is not given; hier (hierarchical: within "
                            "nodes, then across) takes its nodes from ALLREDUCE_NODE_MAP or shared memory, "
                            "and with ALLREDUCE_HIER_ACROSS=bamtree its tree across nodes from --topology too")
@@ -227,8 +228,9 @@ def parse_args(argv):
         if problem:
             p.error(problem)
     cuda_aware = args.device != "gpu" or algorithms.mpi_is_cuda_aware()
-    if args.algo == "all":  # the baselines that can run here
-        args.algos = [a for a in known if (a != "nccl" or args.device == "gpu") and (a != "mpi" or cuda_aware)]
+    if args.algo == "all":  # the baselines that can run here; gloo (PyTorch, optional) only by name
+        args.algos = [a for a in known if (a != "nccl" or args.device == "gpu") and (a != "mpi" or cuda_aware)
+                      and a != "gloo"]
     else:
         args.algos = [a for a in args.algo.split(",") if a]
     unknown = [a for a in args.algos if a not in known]
@@ -236,6 +238,8 @@ def parse_args(argv):
         p.error(f"unknown --algo {','.join(unknown)} for {spec.name}; choices: {','.join(known)},all")
     if "nccl" in args.algos and args.device != "gpu":
         p.error("--algo nccl needs --device gpu")
+    if "gloo" in args.algos and args.device != "cpu":
+        p.error("--algo gloo runs on CPU tensors: it needs --device cpu")
     if "mpi" in args.algos and not cuda_aware:
         p.error("--algo mpi with --device gpu needs a CUDA-aware MPI (MPIX_Query_cuda_support says no; "
                 "ALLREDUCE_CUDA_AWARE=1 overrides)")
@@ -259,6 +263,12 @@ def parse_args(argv):
         args.dtypes = [ALIASES.get(args.datatype, args.datatype)]
     else:
         p.error(f"unknown -d {args.datatype}; choices: {', '.join(names)}, float, double, half, int, char, uint, all")
+    if "gloo" in args.algos:
+        from .gloo import DTYPES as GLOO_DTYPES
+
+        lacking = [d for d in args.dtypes if d not in GLOO_DTYPES]
+        if lacking:
+            p.error(f"--algo gloo has no {', '.join(lacking)} all-reduce; it takes -d {', '.join(GLOO_DTYPES)}")
     args.ops = (list(algorithms.OPS) if args.op == "all" else [args.op]) if spec.has_op else ["none"]
     if not any(runs(dtype, op) for dtype in args.dtypes for op in args.ops):
         p.error(f"-o {args.op} -d {args.datatype} leaves nothing to measure: avg is defined for "

@@ -7,7 +7,8 @@ and the whole sweep run ``--runs`` times, the median of the sweeps kept; busbw, 
 ratio to native, and a single-process ``numpy.copyto`` of the same size (the physical
 reference; beside it the same copy by every rank at once, which shares the caches and
 memory bus as the all-reduce's ranks do), timed in turn with the all-reduces on the
-same vectors. Also the 8-byte latency against native, the
+same vectors; where PyTorch is installed, its gloo all-reduce (:mod:`bench.gloo`) among
+them. Also the 8-byte latency against native, the
 per-call Python overhead (our call on a one-rank communicator, where nothing
 moves, minus a bare copy), whether steady-state calls allocate (tracemalloc), and
 each rank's peak memory (VmHWM, measured first) against send + receive + one chunk
@@ -109,7 +110,7 @@ def steady_state_allocation(comm, algorithm, count, calls=50):
             "transient_peak": comm.allreduce(transient, op=MPI.MAX)}
 
 
-def measure_sizes(comm, registered, sizes, repeats, factor):
+def measure_sizes(comm, registered, sizes, repeats, factor, gloo=None):
     """One sweep: for each size, every candidate and the copies timed in turn (:func:`timed`);
     seconds per call, copy GB/s and busbw (``factor`` = 2(N-1)/N) per row. The candidates on
     registered vectors run on ``registered``, a duplicate of ``comm``: once a communicator has
@@ -126,6 +127,8 @@ def measure_sizes(comm, registered, sizes, repeats, factor):
         for algo in ALGOS:
             calls[algo] = functools.partial(algorithms.allreduce, x, y, algorithm=algo, check=False)
         calls["ring_checked"] = lambda: algorithms.allreduce(x, y, algorithm="ring")
+        if gloo is not None:
+            calls["gloo"] = functools.partial(gloo, x, y)
         rx, ry = (algorithms.alloc_registered(count, np.float32, comm=registered) for _ in range(2))
         rx[:] = 1
         for algo in REGISTERED:
@@ -162,7 +165,8 @@ def least_huge_share(comm, vectors):
 
 def with_busbw(row, factor):
     """``row`` with ``<candidate>_busbw`` (GB/s) from its ``<candidate>_s``."""
-    for key in ("native", *ALGOS, *(f"{a}_reg" for a in REGISTERED), IN_PLACE, *(f"{a}_4kpages" for a in SMALL_PAGES)):
+    for key in ("native", *ALGOS, *(f"{a}_reg" for a in REGISTERED), IN_PLACE, *(f"{a}_4kpages" for a in SMALL_PAGES),
+                *(["gloo"] if "gloo_s" in row else [])):
         row[f"{key}_busbw"] = row["bytes"] / row[f"{key}_s"] / 1e9 * factor
     return row
 
@@ -230,7 +234,9 @@ def main(argv=None):
     memory = peak_memory(comm, min(args.maxbytes, 256 * MIB))
     sizes = sorted({8, *sweep(args.minbytes, args.maxbytes, args.stepfactor)})
     registered = comm.Dup()
-    runs = [measure_sizes(comm, registered, sizes, args.repeats, factor) for _ in range(args.runs)]
+    gloo = gloo_baseline(comm)
+    runs = [measure_sizes(comm, registered, sizes, args.repeats, factor, gloo and gloo.runner("allreduce", "sum"))
+            for _ in range(args.runs)]
     registered.Free()
     rows = median_rows(runs, factor)
 
@@ -247,6 +253,7 @@ def main(argv=None):
     if comm.Get_rank() == 0:
         data = {"benchmark": "perf-cpu", "date": datetime.datetime.now(datetime.timezone.utc)
                 .isoformat(timespec="seconds"), "machine": describe(), "ranks": n,
+                "gloo": gloo.description if gloo else None,
                 "oversubscribed": n > (os.cpu_count() or 1), "rows": rows, **overhead,
                 "steady_state_python_bytes": allocation, "peak_memory": memory}
         data["targets"] = targets(data, runs)
@@ -259,7 +266,18 @@ def main(argv=None):
                 text += "\n" + f.read()
         write_text_atomically(args.output + ".md", text)
         print(text)
+    if gloo is not None:
+        gloo.close()
     return 0
+
+
+def gloo_baseline(comm):
+    """PyTorch's gloo all-reduce as a candidate where torch is installed on every rank, else None."""
+    from .gloo import GlooBaseline, problem
+
+    if any(comm.allgather(problem())):
+        return None
+    return GlooBaseline(comm)
 
 
 def targets(data, sweeps=None):
@@ -352,6 +370,13 @@ def markdown(data):
                  f"{r['tree_reg_busbw'] / r['ring_reg_busbw']:.2f}",
                  f"{r['dbtree_reg_busbw'] / r['ring_reg_busbw']:.2f}"]
         lines.append("| " + " | ".join(cells) + " |")
+    if data.get("gloo"):
+        lines += ["", f"PyTorch's gloo all-reduce ({data['gloo']}; out of place: the input copied into the output, "
+                  "then reduced in place, as torch.distributed has it), timed in turn with the others:", "",
+                  "| bytes | gloo (us) | gloo busbw | ring/gloo | native/gloo |", "|---:|---:|---:|---:|---:|"]
+        for r in data["rows"]:
+            lines.append(f"| {r['bytes']} | {r['gloo_s'] * 1e6:.1f} | {r['gloo_busbw']:.3g} | "
+                         f"{r['ring_busbw'] / r['gloo_busbw']:.2f} | {r['native_busbw'] / r['gloo_busbw']:.2f} |")
     lines += ["", f"Page backing (transparent huge pages: {m.get('transparent_hugepages', 'not recorded')}; "
               "`bench.pages`): the least share in huge pages of the plain vectors above and of a second pair held "
               "in 4 KiB pages (`MADV_NOHUGEPAGE`), over ranks and sweeps; native and ring timed in turn with the "

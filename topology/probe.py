@@ -38,9 +38,10 @@ K x K matrix), and each node's links within it among themselves.
 Ports (K >= 2 nodes; :func:`probe_ports`): node k's egress is measured by sending to
 ``min(K-1, PORT_PEERS)`` other nodes at once (node k's ranks in turn, each sending ``bytes``
 to a different node's leader), its ingress by as many other nodes' leaders sending to it at
-once (to node k's ranks in turn). Node k's own ranks keep the time (the senders' clocks,
-to each 1-byte acknowledgement, for egress; the receivers', from a 1-byte go to each arrival,
-for ingress), so the other nodes' skew at the barrier cannot shorten it. The port is then
+once (to node k's ranks in turn). Node k's own ranks keep the time on their host's clock,
+from the first of them to start after the barrier (for egress to each 1-byte
+acknowledgement; for ingress, the senders starting on a 1-byte go from the receiver, to each
+arrival), so no rank's lateness leaving the barrier can shorten it. The port is then
 :func:`port_rate` of the transfers' times: the rate of those held by their own links plus
 the bytes of the rest over the last of their times. One node at a time, the
 :data:`PERCENTILE`-th percentile of the repetitions; a port more than :data:`DISAGREE`
@@ -361,11 +362,12 @@ def _concurrent(comm, transfers, payload, reps, warmup, clock="sender"):
     """Each transfer's robust time (s) when ``transfers`` (sender, receiver) run all at once,
     on every rank, in their order; the :data:`PERCENTILE`-th percentile of the repetitions.
 
-    The side named by ``clock`` keeps the time, so that only its own ranks' skew leaving the
-    barrier enters (the measured node's, when it is that side): ``"sender"``, from the
-    sender's start after a barrier to the receiver's 1-byte acknowledgement, sent as soon as
-    the message is in; ``"receiver"``, from the 1-byte go the receiver sends after the
-    barrier to the message's arrival (the sender starts on the go)."""
+    The side named by ``clock`` keeps the time: ``"sender"``, each transfer ending at the
+    receiver's 1-byte acknowledgement, sent as soon as the message is in; ``"receiver"``, at
+    the message's arrival, after the receiver sent the sender a 1-byte go (the sender starts
+    on it). That side's ranks must share a host (the measured node), whose monotonic clock they
+    all read: each repetition's times run from the first of them to start after the barrier,
+    so one of them leaving the barrier late cannot shorten anything."""
     if clock not in ("sender", "receiver"):
         raise ValueError(f"unknown clock {clock!r}; choices: sender, receiver")
     rank = comm.Get_rank()
@@ -374,7 +376,8 @@ def _concurrent(comm, transfers, payload, reps, warmup, clock="sender"):
     inbox = [np.empty_like(payload) for _ in sources]
     signals = [np.zeros(1, dtype=np.uint8) for _ in targets]
     signal = np.zeros(1, dtype=np.uint8)
-    mine = {(rank, t): [] for t in targets} if clock == "sender" else {(s, rank): [] for s in sources}
+    timing = bool(targets) if clock == "sender" else bool(sources)
+    starts, ends = [], {(rank, t): [] for t in targets} if clock == "sender" else {(s, rank): [] for s in sources}
     for i in range(warmup + reps):
         comm.Barrier()
         start = time.perf_counter()
@@ -388,8 +391,7 @@ def _concurrent(comm, transfers, payload, reps, warmup, clock="sender"):
                 sends = [comm.Isend(payload, target, _TAG) for target in targets]
                 for _ in targets:
                     index = MPI.Request.Waitany(answers)
-                    if i >= warmup:
-                        mine[rank, targets[index]].append(time.perf_counter() - start)
+                    ends[rank, targets[index]].append(time.perf_counter())
                 MPI.Request.Waitall(sends)
         else:
             if sources:  # the go to every sender, then each arrival timed
@@ -397,14 +399,17 @@ def _concurrent(comm, transfers, payload, reps, warmup, clock="sender"):
                 gone = [comm.Isend(signal, source, _TAG) for source in sources]
                 for _ in sources:
                     index = MPI.Request.Waitany(arrivals)
-                    if i >= warmup:
-                        mine[sources[index], rank].append(time.perf_counter() - start)
+                    ends[sources[index], rank].append(time.perf_counter())
                 MPI.Request.Waitall(gone)
             if targets:
                 waiting = [comm.Irecv(s, target, _TAG) for s, target in zip(signals, targets)]
                 sends = [comm.Isend(payload, targets[MPI.Request.Waitany(waiting)], _TAG) for _ in targets]
                 MPI.Request.Waitall(sends)
-    found = {pair: low(times) for rows in comm.allgather(mine) for pair, times in rows.items()}
+        if timing:
+            starts.append(start)
+    gathered = comm.allgather((starts, ends))
+    first = np.min([s for s, _ in gathered if s], axis=0)  # per repetition, the timing side's first start
+    found = {pair: low((np.array(times) - first)[warmup:]) for _, rows in gathered for pair, times in rows.items()}
     return [found[pair] for pair in transfers]
 
 
@@ -463,8 +468,8 @@ def probe_ports(comm, nodes, payload, reps, warmup, copies=None, hosts=None, pro
     record = {
         "method": f"one node at a time: egress, the node's ranks in turn each sending bytes to a different "
                   f"one of the next {peers} nodes' leaders at once; ingress, those nodes' leaders sending to "
-                  f"the node's ranks at once, timed by the node's own ranks (egress: send to a 1-byte ack; ingress: a 1-byte go to the "
-                  f"arrival; the {PERCENTILE}th percentile of the repetitions); the port: the rates of the transfers "
+                  f"the node's ranks at once, timed by the node's own ranks on their host's clock from the first of them to start (egress: to "
+                  f"each 1-byte ack; ingress: senders start on a 1-byte go, to each arrival; the {PERCENTILE}th percentile of the repetitions); the port: the rates of the transfers "
                   f"that reached {HELD_SHARE:g} of their link's lone rate, plus the bytes of the others over the "
                   "last of their times; ports more than "
                   f"{DISAGREE:g}x off the median of their direction measured {RETRIES} more times, median kept",

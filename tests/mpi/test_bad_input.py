@@ -190,6 +190,16 @@ def test_matched_tree_without_matrix(comm, algorithm):
                       lambda: algorithms.allreduce(x32(), algorithm=algorithm))
 
 
+def test_bamring_needs_a_matrix_of_its_size_and_no_tree(comm):
+    raises_everywhere(comm, ValueError, "algorithm 'bamring' finds its ring order from link bandwidths, and none "
+                      "was given: pass bandwidth=", lambda: algorithms.allreduce(x32(), algorithm="bamring"))
+    raises_everywhere(comm, ValueError, f"has {comm.size + 1} ranks, the communicator has {comm.size}",
+                      lambda: algorithms.allreduce(x32(), algorithm="bamring",
+                                                   bandwidth=np.ones((comm.size + 1, comm.size + 1))))
+    raises_everywhere(comm, ValueError, "algorithm 'bamring' takes no tree",
+                      lambda: algorithms.allreduce(x32(), algorithm="bamring", tree=binomial_tree(comm.size)))
+
+
 def test_matched_tree_matrix_of_wrong_size(comm):
     raises_everywhere(comm, ValueError, f"has {comm.size + 1} ranks, the communicator has {comm.size}",
                       lambda: algorithms.allreduce(x32(), algorithm="bamtree",

@@ -1,0 +1,47 @@
+"""The gloo baseline (PyTorch's torch.distributed all-reduce over gloo) in the driver, under a
+real mpiexec: exact on every dtype and op it takes, in and out of place, on 2 and 3 ranks;
+what it cannot do is refused with a clear message before anything runs."""
+
+import json
+
+import pytest
+
+from conftest import run_mpi
+from bench.gloo import DTYPES, problem
+
+needs_torch = pytest.mark.skipif(problem() is not None, reason=problem() or "")
+
+
+@needs_torch
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_gloo_is_exact_beside_ours(tmp_path, ranks):
+    document = tmp_path / "run.json"
+    proc = run_mpi(ranks, ["-m", "bench", "-b", "8", "-e", "256K", "-f", "32", "-n", "2", "-w", "1",
+                           "--algo", "gloo,ring", "-o", "all", "-d", "float32",
+                           "-J", str(document), "--log", "none"], timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "# Algorithm: gloo" in proc.stdout and "gloo backend (TCP)" in proc.stdout
+    rows = [r for r in json.loads(document.read_text())["results"] if r["algorithm"] == "gloo"]
+    assert {r["redop"] for r in rows} == {"sum", "prod", "max", "min", "avg"}
+    assert rows and all(r["out_of_place"]["nwrong"] == 0 and r["in_place"]["nwrong"] == 0 for r in rows)
+
+
+@needs_torch
+def test_gloo_on_every_dtype_it_takes(tmp_path):
+    for dtype in DTYPES:
+        proc = run_mpi(2, ["-m", "bench", "-b", "1K", "-e", "64K", "-f", "64", "-n", "1", "-w", "1",
+                           "--algo", "gloo", "-d", dtype, "-c", "1", "--log", "none", "--quiet"], timeout=120)
+        assert proc.returncode == 0, dtype + proc.stdout + proc.stderr
+        assert "# Out of bounds values : 0 OK" in proc.stdout and "#wrong" in proc.stdout
+        table = [line.split() for line in proc.stdout.splitlines() if line.strip() and not line.startswith("#")]
+        assert table and all(row[8] == "0" and row[-1] == "0" for row in table), proc.stdout
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--algo", "gloo", "-d", "uint16"], "--algo gloo has no uint16 all-reduce; it takes -d int8"),
+    (["--algo", "gloo", "--collective", "allgather"], "unknown --algo gloo for allgather"),
+])
+def test_what_gloo_cannot_do_is_refused(flags, message):
+    proc = run_mpi(2, ["-m", "bench", "-b", "8", "-e", "8", *flags, "--log", "none"], timeout=60)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+
