@@ -260,6 +260,18 @@ def test_a_port_is_the_links_that_held_their_transfers_plus_the_share_of_the_res
     assert HELD_SHARE <= 0.8 and port_rate(300, [slow, 2.4, 2.4], [50, 1e9, 1e9]) == pytest.approx(40 + 250)
 
 
+def test_a_port_is_judged_repetition_by_repetition():
+    """Two transfers of 100 B share a 100 B/s port unevenly, the lucky one swapping between the
+    repetitions: every repetition carried 200 B in 2 s, so the port is 100 B/s; each transfer's
+    own best time (1 s, 1 s) would say 200."""
+    from topology.probe import repeated_port_rate
+
+    times = np.array([[1.0, 2.0], [2.0, 1.0], [1.0, 2.0], [2.0, 1.0]])
+    assert repeated_port_rate(100, times, [np.inf, np.inf]) == pytest.approx(100)
+    slower = np.array([[2.0, 2.0], [2.0, 2.0], [4.0, 4.0], [2.0, 2.0]])  # one slowed by noise
+    assert repeated_port_rate(100, slower, [np.inf, np.inf]) == pytest.approx(100)
+
+
 def test_a_late_rank_counts_whichever_side_keeps_the_time():
     """Rank 3 leaves every barrier 0.3 s after the others, as a busy core makes it. Whether it
     sends or receives, and whichever side keeps the time, its transfer takes the 0.3 s: times

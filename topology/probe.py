@@ -41,13 +41,15 @@ to a different node's leader), its ingress by as many other nodes' leaders sendi
 once (to node k's ranks in turn). Node k's own ranks keep the time on their host's clock,
 from the first of them to start after the barrier (for egress to each 1-byte
 acknowledgement; for ingress, the senders starting on a 1-byte go from the receiver, to each
-arrival), so no rank's lateness leaving the barrier can shorten it. The port is then
-:func:`port_rate` of the transfers' times: the rate of those held by their own links plus
-the bytes of the rest over the last of their times. One node at a time, the
-:data:`PERCENTILE`-th percentile of the repetitions; a port more than :data:`DISAGREE`
-times off the median of its direction is measured :data:`RETRIES` more times and the
-median kept, and one above ``peers`` copies at its host's copy bandwidth stored as that and
-flagged.
+arrival), so no rank's lateness leaving the barrier can shorten it. Each repetition's port
+is :func:`port_rate` of its times: the rate of the transfers held by their own links plus the
+bytes of the rest over the last of their times; the port kept is the ``100 - PERCENTILE``-th
+percentile of the repetitions' (noise only slows a repetition). The shares of a port move
+from one repetition to the next, so each transfer's own best repetition, put together, would
+make a port faster than any repetition had. One node at a time; a port more than
+:data:`DISAGREE` times off the median of its direction is measured :data:`RETRIES` more
+times and the median kept, and one above ``peers`` copies at its host's copy bandwidth
+stored as that and flagged.
 """
 
 import ctypes
@@ -359,8 +361,8 @@ def port_plan(nodes, node, direction, peers=None):
 
 
 def _concurrent(comm, transfers, payload, reps, warmup, clock="sender"):
-    """Each transfer's robust time (s) when ``transfers`` (sender, receiver) run all at once,
-    on every rank, in their order; the :data:`PERCENTILE`-th percentile of the repetitions.
+    """Each repetition's time (s) of each of ``transfers`` (sender, receiver) run all at once,
+    on every rank: a ``reps`` x ``len(transfers)`` array, the transfers in their order.
 
     The side named by ``clock`` keeps the time: ``"sender"``, each transfer ending at the
     receiver's 1-byte acknowledgement, sent as soon as the message is in; ``"receiver"``, at
@@ -409,8 +411,8 @@ def _concurrent(comm, transfers, payload, reps, warmup, clock="sender"):
             starts.append(start)
     gathered = comm.allgather((starts, ends))
     first = np.min([s for s, _ in gathered if s], axis=0)  # per repetition, the timing side's first start
-    found = {pair: low((np.array(times) - first)[warmup:]) for _, rows in gathered for pair, times in rows.items()}
-    return [found[pair] for pair in transfers]
+    found = {pair: (np.array(times) - first)[warmup:] for _, rows in gathered for pair, times in rows.items()}
+    return np.stack([found[pair] for pair in transfers], axis=1)
 
 
 HELD_SHARE = 0.75  # a transfer through a port that reached this share of its link's lone rate was held by its link
@@ -429,6 +431,15 @@ def port_rate(nbytes, times, links):
     return rate + (len(shared) * nbytes / max(shared) if shared else 0.0)
 
 
+def repeated_port_rate(nbytes, times, links):
+    """The port (B/s) of repetitions of transfers through it at once (``times``: repetitions x
+    transfers): each repetition's :func:`port_rate`, and of those the ``100 - PERCENTILE``-th
+    percentile (noise only slows a repetition). The shares move from one repetition to the
+    next, so each transfer's own best time, put together, would make a port faster than any
+    repetition had."""
+    return float(np.percentile([port_rate(nbytes, rep, links) for rep in times], 100 - PERCENTILE))
+
+
 def probe_ports(comm, nodes, payload, reps, warmup, copies=None, hosts=None, progress=None, bandwidth=None):
     """Each node's egress and ingress port (GB/s) by :func:`port_plan`, :func:`_concurrent` and
     :func:`port_rate` over the links of ``bandwidth`` (GB/s; unknown links: none held by its
@@ -445,7 +456,7 @@ def probe_ports(comm, nodes, payload, reps, warmup, copies=None, hosts=None, pro
             times = _concurrent(comm, transfers, payload, reps, warmup, clock=CLOCK[key[0]])
             links = [bandwidth[a, b] * 1e9 if bandwidth is not None and bandwidth[a, b] > 0 else np.inf
                      for a, b in transfers]
-            samples[key].append(port_rate(payload.nbytes, times, links))
+            samples[key].append(repeated_port_rate(payload.nbytes, times, links))
             if report and progress and rank == 0:
                 progress(f"probe: ports {number}/{len(keys)} done, {time.perf_counter() - started:.1f} s")
 
@@ -469,9 +480,10 @@ def probe_ports(comm, nodes, payload, reps, warmup, copies=None, hosts=None, pro
         "method": f"one node at a time: egress, the node's ranks in turn each sending bytes to a different "
                   f"one of the next {peers} nodes' leaders at once; ingress, those nodes' leaders sending to "
                   f"the node's ranks at once, timed by the node's own ranks on their host's clock from the first of them to start (egress: to "
-                  f"each 1-byte ack; ingress: senders start on a 1-byte go, to each arrival; the {PERCENTILE}th percentile of the repetitions); the port: the rates of the transfers "
-                  f"that reached {HELD_SHARE:g} of their link's lone rate, plus the bytes of the others over the "
-                  "last of their times; ports more than "
+                  f"each 1-byte ack; ingress: senders start on a 1-byte go, to each arrival); each repetition's port: "
+                  f"the rates of the transfers that reached {HELD_SHARE:g} of their link's lone rate, plus the bytes "
+                  f"of the others over the last of their times; the port: the {100 - PERCENTILE}th percentile of "
+                  "the repetitions' ports; ports more than "
                   f"{DISAGREE:g}x off the median of their direction measured {RETRIES} more times, median kept",
         "peers": peers,
         "bytes": int(payload.nbytes),
