@@ -44,23 +44,26 @@ REGISTERED = ("ring", "tree", "dbtree")  # also timed on vectors from algorithms
 IN_PLACE = "ring_reg_inplace"  # and the ring in place on one, as nccl-tests' in-place columns
 SMALL_PAGES = ("native", "ring")  # also timed on plain vectors held in 4 KiB pages, as "<name>_4kpages"
 MIB = 1 << 20
+GLOO_ITERS = 20  # gloo's calls take 0.6 ms and more: 20 of them time it well
 
 
-def timed(comm, calls, iters, warmup, repeats):
+def timed(comm, calls, iters, warmup, repeats, most=None):
     """Median over ``repeats`` of the mean seconds per call (max over ranks), for each of
-    ``calls`` (name -> function). The candidates take turns within every repeat, so a noisy
-    moment of a shared machine falls on all of them alike."""
+    ``calls`` (name -> function); ``most`` caps the iterations of some ({name: count}: a
+    candidate a hundred times slower needs fewer to be timed as well). The candidates take
+    turns within every repeat, so a noisy moment of a shared machine falls on all of them alike."""
     for call in calls.values():
         for _ in range(warmup):
             call()
     samples = {name: [] for name in calls}
     for _ in range(repeats):
         for name, call in calls.items():
+            count = min(iters, (most or {}).get(name, iters))
             comm.Barrier()
             start = MPI.Wtime()
-            for _ in range(iters):
+            for _ in range(count):
                 call()
-            samples[name].append(comm.allreduce((MPI.Wtime() - start) / iters, op=MPI.MAX))
+            samples[name].append(comm.allreduce((MPI.Wtime() - start) / count, op=MPI.MAX))
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
@@ -143,7 +146,7 @@ def measure_sizes(comm, registered, sizes, repeats, factor, gloo=None):
         calls["native_4kpages"] = lambda: comm.Allreduce(sx, sy, op=MPI.SUM)
         calls["ring_4kpages"] = functools.partial(algorithms.allreduce, sx, sy, algorithm="ring", check=False)
         calls.update(copy_calls(comm, x, y))
-        seconds = timed(comm, calls, iters, 3, repeats)
+        seconds = timed(comm, calls, iters, 3, repeats, {"gloo": GLOO_ITERS})
         row["plain_huge_share"], row["small_pages_huge_share"] = (least_huge_share(comm, pair) for pair in ((x, y), (sx, sy)))
         for vector in (rz, ry, rx):
             algorithms.free_registered(vector, comm=registered)

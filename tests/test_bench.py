@@ -188,7 +188,7 @@ BAD = [
     (["-b", "12Q"], "argument -b/--minbytes: not a size: '12Q' (use e.g. 8, 64K, 128M, 1G)"),
     (["-b", "1M", "-e", "1K"], "max bytes 1024 is below min bytes 1048576"),
     (["-b", "6", "-e", "6", "-d", "float"], "size 6 is not a multiple of 4 bytes (float32)"),
-    (["--algo", "ring,butterfly"], "unknown --algo butterfly for allreduce; choices: ps,ring,bamring,tree,bamtree,kmtree,dbtree,rd,hier,mpi,nccl,all"),
+    (["--algo", "ring,butterfly"], "unknown --algo butterfly for allreduce; choices: ps,ring,bamring,tree,bamtree,kmtree,dbtree,rd,hier,mpi,nccl,gloo,all"),
     (["--algo", "nccl"], "--algo nccl needs --device gpu"),
     (["--device", "gpu", "--algo", "mpi"], "--device gpu: no GPU to run on, rank 0"),  # before CUDA-awareness
     (["--collective", "allgather", "--algo", "tree"], "unknown --algo tree for allgather; choices: ring,mpi,nccl,all"),

@@ -119,6 +119,9 @@ def _flat(w, exact_up_to):
     bound = _threshold_bound(w, weights)
     if bound is None:
         raise ValueError("no ring over these links: no cycle through every rank uses only links > 0")
+    own = list(range(n))
+    if ring_bottleneck(w, own) >= bound:  # the ranks' own order reaches the bound: nothing beats it
+        return Ring(tuple(own), ring_bottleneck(w, own), float(bound), False)
     found = _hamiltonian_search(w >= bound)  # often the bound itself: try it first
     if found is None:
         found, _ = _search(weights[weights < bound], lambda t: _hamiltonian_search(w >= t))
