@@ -78,6 +78,9 @@ class Capacities:
         self.w = w
         self.nodes = network.nodes
         self.same = self.nodes[:, None] == self.nodes[None, :]
+        member = np.eye(network.node_count)[self.nodes]  # rank x node
+        self.between = member.T @ w @ member  # node x node: the links from one node to another
+        np.fill_diagonal(self.between, 0.0)
 
     def _ports(self, kind):
         cap = getattr(self.network, kind)
@@ -94,12 +97,8 @@ class Capacities:
 
     def node_rates(self):
         """(out, in) of every node to the others: its links out of it, capped by its port."""
-        k, w = self.network.node_count, self.w
-        member = np.eye(k)[self.nodes]  # rank x node
-        between = member.T @ w @ member
-        np.fill_diagonal(between, 0.0)
-        return (np.minimum(between.sum(1), self._ports("egress")),
-                np.minimum(between.sum(0), self._ports("ingress")))
+        return (np.minimum(self.between.sum(1), self._ports("egress")),
+                np.minimum(self.between.sum(0), self._ports("ingress")))
 
     def traffic(self):
         """(parties, the most they send or receive at once in B/s, in words) for the ranks, the
@@ -183,8 +182,7 @@ class Capacities:
                     edge(a, b, w[a, b])
             edge(a, ("out", int(net.nodes[a])), np.where(same[a], 0, w[a]).sum())
             edge(("in", int(net.nodes[a])), a, np.where(same[:, a], 0, w[:, a]).sum())
-        member = np.eye(k)[net.nodes]
-        between = member.T @ w @ member
+        between = self.between
         for node in range(k):
             edge(("out", node), ("egress", node), net.egress[node])
             edge(("ingress", node), ("in", node), net.ingress[node])

@@ -457,7 +457,8 @@ def notes(model, algos, largest=None):
                 binds.append(f"{a}: not modelled ({exc})")
         lines.append(f"at {size_label(largest)}, limited by " + "; ".join(binds))
     if "bamring" in algos and model.network.has_matrix and model.n > 1:
-        found = model.trees.get("bamring") or bottleneck_ring(model.matrix)
+        model.ring_order("bamring")  # found once, kept in model.trees
+        found = model.trees["bamring"]
         plain = ring_bottleneck(model.matrix.bandwidth, range(model.n))
         if list(found.order) == list(range(model.n)):
             where = "the ranks' own order"
