@@ -12,7 +12,7 @@ from mpi4py import MPI
 from . import ring
 from .agreement import FIELDS, agree
 from .arrays import array_module, check_vector, overlaps, same_memory
-from .executor import private_comm
+from .executor import LAST_USED, private_comm
 from .ops import DTYPE_INDEX, DTYPES, OPS, check_op_dtype, dtype_index, op_index
 from .plans import tree_for
 from .registered import Registry
@@ -42,7 +42,7 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None, c
         if check:
             agree(private.comm, "allreduce", None, _fields("allreduce", sendbuf.size, sendbuf, op, algorithm, None),
                   _describe)
-        coll, result, plan = private.collective(np, op), recvbuf, None
+        coll, result, plan = private.contexts.get((np, op)) or private.collective(np, op), recvbuf, None
     else:
         def validate(rank, size):
             result = _result_buffer(sendbuf, recvbuf, sendbuf.size)
@@ -66,7 +66,8 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None, c
         run(coll, sendbuf, result, plan)
     else:
         run(coll, sendbuf, result)
-    coll.finish(result)
+    if op == "avg":
+        coll.finish(result)
     return result
 
 
@@ -211,6 +212,8 @@ def _common_case(sendbuf, recvbuf, op, algorithm, tree, bandwidth):
 def _private(name, comm):
     """The :class:`executor.Private` of the caller's ``comm`` (COMM_WORLD when None)."""
     comm = MPI.COMM_WORLD if comm is None else comm
+    if comm is LAST_USED[0]:  # the communicator of the last call, checked then
+        return LAST_USED[1]
     if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
         raise TypeError(f"{name}: comm must be an mpi4py intracommunicator, got {comm!r}")
     return private_comm(comm)

@@ -173,11 +173,11 @@ def _free_before_finalize():
             private.free_resources()
 
 
-_LAST = [None, None]  # (user communicator, its Private): most calls reuse the last one
+LAST_USED = [None, None]  # (user communicator, its Private): most calls reuse the last one
 
 
 def _free_private(comm, keyval, private):
-    _LAST[:] = [None, None]
+    LAST_USED[:] = [None, None]
     if not MPI.Is_finalized():
         private.free()
 
@@ -186,15 +186,15 @@ def private_comm(comm):
     """A :class:`Private` holding a duplicate of ``comm``, cached on ``comm`` as an attribute,
     so our messages never match the caller's. Collective on the first call for each communicator."""
     global _PRIVATE_KEYVAL
-    if comm is _LAST[0]:
-        return _LAST[1]
+    if comm is LAST_USED[0]:
+        return LAST_USED[1]
     if _PRIVATE_KEYVAL is None:
         _PRIVATE_KEYVAL = MPI.Comm.Create_keyval(delete_fn=_free_private)
     private = comm.Get_attr(_PRIVATE_KEYVAL)
     if private is None:
         private = Private(comm.Dup())
         comm.Set_attr(_PRIVATE_KEYVAL, private)
-    _LAST[:] = [comm, private]
+    LAST_USED[:] = [comm, private]
     return private
 
 

@@ -9,7 +9,7 @@ its ``needs_bandwidth()``, when it has one, says whether it needs ``bandwidth=``
 and ``needs_plan`` that it never runs without what ``prepare`` returns.
 """
 
-from . import bamring, double_tree, hier, ps, recursive_doubling, ring, tree
+from . import auto, bamring, double_tree, hier, native, oneshot, ps, recursive_doubling, ring, tree
 
 ALGORITHMS = {
     "ps": ps.allreduce,
@@ -21,6 +21,9 @@ ALGORITHMS = {
     "dbtree": double_tree.allreduce,
     "rd": recursive_doubling.allreduce,
     "hier": hier.allreduce,
+    "oneshot": oneshot.allreduce,
+    "native": native.allreduce,
+    "auto": auto.allreduce,
 }
 
 

@@ -78,6 +78,16 @@ class NodeMap:
         return tuple(ids)
 
 
+@dataclass(frozen=True)
+class Path:
+    """A file name (spaces stripped); empty means none."""
+    default: str = ""
+    default_text: str = "none"
+
+    def parse(self, name, raw):
+        return raw.strip()
+
+
 #: every variable that changes how messages are cut or routed, with its rule
 WIRE = {
     "ALLREDUCE_TRANSPORT": Choice("auto", ("auto", "direct", "staged", "shm")),
@@ -91,9 +101,12 @@ WIRE = {
     "ALLREDUCE_IPC_MIN_BYTES": Size(1),
     "ALLREDUCE_IPC_MAX_BYTES": Size(1 << 62),
     "ALLREDUCE_SHM_BY_PAGES": Choice("auto", ("auto", "0", "1")),
+    "ALLREDUCE_ONESHOT_BYTES": Size(64 * KIB, lowest=64, highest=64 * MIB, multiple=64),
     # hier: the node of each rank (empty: the ranks that share memory), and what runs across nodes
     "ALLREDUCE_NODE_MAP": NodeMap(),
     "ALLREDUCE_HIER_ACROSS": Choice("ring", ("ring", "bamtree")),
+    # auto: the tuning table it follows (python -m bench tune); unset, the model decides
+    "ALLREDUCE_TUNING_FILE": Path(),
 }
 
 #: the raw text of the variables read once per process (at import), as they were read then

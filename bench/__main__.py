@@ -6,15 +6,25 @@ The sweep and ``perf`` run under mpiexec, so they run together
 """
 
 import importlib
+import os
 import sys
 
 TOOLS = {"bound": "bench.bound", "compare": "bench.compare", "model": "bench.model", "perf": "bench.perf",
-         "plot": "bench.plot", "scaling": "bench.scaling", "treebuild": "bench.treebuild", "lab": "bench.lab.__main__"}
-UNDER_MPI = {"perf"}  # tools run on every rank of an MPI job, besides the sweep
+         "plot": "bench.plot", "scaling": "bench.scaling", "treebuild": "bench.treebuild", "lab": "bench.lab.__main__",
+         "tune": "bench.tune", "mpi-tuning": "bench.mpi_menu"}
+UNDER_MPI = {"perf", "tune"}  # tools run on every rank of an MPI job, besides the sweep
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in TOOLS:  # the sweep: the MPI library's own algorithm (--algo mpi:NAME), set before MPI starts
+        from bench.mpi_menu import environment_for
+
+        wanted = environment_for(argv, os.environ)
+        if isinstance(wanted, str):
+            print(f"python -m bench: error: {wanted}", file=sys.stderr)
+            return 2
+        os.environ.update(wanted)
     if argv and argv[0] in TOOLS and argv[0] not in UNDER_MPI:
         return importlib.import_module(TOOLS[argv[0]]).main(argv[1:])
     from algorithms.ending import run_together

@@ -288,6 +288,15 @@ def transport_of(algo, comm, xp, gloo=None):
     """What carries ``algo``'s messages, for its header (collective: every rank calls it)."""
     if algo == "gloo":
         return gloo.description
+    if algo == "native":
+        return "the MPI library's own collective, called through our entry point"
+    if algo == "auto":
+        return f"per size, as {algorithms.auto.choice(8, comm=comm)[1]}; {algorithms.transport_in_use(xp, comm)}"
+    if algo.startswith("mpi:"):
+        from .mpi_menu import current_library
+
+        library = current_library()
+        return f"{library.name}'s own {algo[4:]} ({library.variable}={library.menu[algo[4:]]})"
     if algo == "mpi":
         return "the MPI library's own collective" + (" on device buffers (CUDA-aware MPI)" if xp is not np else "")
     if algo == "nccl":

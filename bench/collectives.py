@@ -12,6 +12,7 @@ import algorithms
 from algorithms.plans import tree_for
 
 from .check import check_expected, check_fill
+from .mpi_menu import current_library
 
 _MPI_OPS = {"sum": MPI.SUM, "avg": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
 
@@ -161,7 +162,9 @@ def _average(result, op, size):
 def algorithm_names(spec):
     """Every name ``--algo`` takes for a collective: ours, then the baselines (gloo, PyTorch's,
     for the all-reduce only)."""
-    return [*spec.ours, "mpi", "nccl", *(["gloo"] if spec.name == "allreduce" else [])]
+    library = current_library() if spec.name == "allreduce" else None
+    mpich = [f"mpi:{name}" for name in library.menu] if library else []
+    return [*spec.ours, "mpi", *mpich, "nccl", *(["gloo"] if spec.name == "allreduce" else [])]
 
 
 def needs_topology(name):
@@ -172,7 +175,7 @@ def needs_topology(name):
 
 def make_runner(spec, name, comm, op, topology=None, nccl=None, gloo=None):
     """``run(send, recv, check=False) -> result`` for algorithm ``name`` of collective ``spec``."""
-    if name == "mpi":
+    if name == "mpi" or name.startswith("mpi:"):  # mpi:NAME: MPICH told its algorithm at MPI_Init (bench.mpich)
         return spec.run_mpi(comm, op)
     if name == "nccl":
         return nccl.runner(spec.name, op)

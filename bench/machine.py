@@ -70,3 +70,13 @@ def oversubscription(comm):
     found = comm.allgather(f"{ranks} ranks on {len(cores)} cores of {socket.gethostname()}"
                            if ranks > len(cores) else None)
     return next((text for text in found if text), None)
+
+
+def tuning_path(comm):
+    """Where ``python -m bench tune`` writes the tuning table of ``comm`` by default:
+    ``results/tuning-<host>-<N>r.json`` (``<host>-<K>nodes`` when the ranks span K nodes; collective)."""
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    nodes = comm.allreduce(int(node.Get_rank() == 0))
+    node.Free()
+    host = socket.gethostname() if nodes == 1 else f"{socket.gethostname()}-{nodes}nodes"
+    return os.path.join("results", f"tuning-{host}-{comm.Get_size()}r.json")

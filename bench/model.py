@@ -40,6 +40,9 @@ The closed forms are those of uniform links: alpha, beta, every rank a node whos
           2(R-1)(alpha_i + M/(R beta_i)) + 2(K-1)(alpha + M/(K beta)). Nodes of n_k ranks,
           L the largest: L pieces of M/L, ceil(L/n_k) rounds within node k, and the pieces
           cross the nodes in waves of the smallest node's n_k
+  oneshot every rank reads every other rank's vector at once and reduces them all, in ceil(M/C)
+          rounds of C = 64 KiB (one node; across nodes it is rd): ceil(M/C)(alpha + C/beta), where
+          each rank's N-1 reads share nothing but their links
 busbw = M / time x 2(N-1)/N, as nccl-tests reports it. With a probe file (--topology), alpha
 and beta are per link, the nodes, ports, racks and uplinks those of the file; a node without
 a port in the file gets its fastest link out and in as its port (--ports capacity). Without
@@ -56,6 +59,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from algorithms.layout import SEGMENT_BYTES
+from algorithms.settings import setting
 from topology import BandwidthMatrix, binomial_tree, build_tree, double_binary_trees
 from topology.rings import bottleneck_ring, ring_bottleneck
 
@@ -66,8 +70,9 @@ from .results import placement_time, read_results
 from .sizes import parse_size, sweep
 from .tables import comment, description, epilog, plural, ratio_text, significant, size_label, table
 
-ALGORITHMS = ("ps", "ring", "bamring", "tree", "bamtree", "kmtree", "dbtree", "rd", "hier")
+ALGORITHMS = ("ps", "ring", "bamring", "tree", "bamtree", "kmtree", "dbtree", "rd", "hier", "oneshot")
 _TREE_METHODS = {"tree": "binomial", "bamtree": "bam", "kmtree": "km"}
+ONESHOT_BYTES = setting("ALLREDUCE_ONESHOT_BYTES")  # oneshot's buffer: a round per piece of it
 ACROSS = ("ring", "bamtree")  # hier's all-reduce between the nodes
 
 
@@ -152,6 +157,8 @@ class Model:
             parts = self._two_trees(m)
         elif algorithm == "hier":
             parts = self._hier(m, across or self.across)
+        elif algorithm == "oneshot":
+            parts = self._oneshot(m)
         else:
             parts = self._pipelined(("tree", algorithm), [np.concatenate(self._levels(algorithm))], m)
         return Estimate(sum(count * phase.seconds for count, _, phase in parts), parts)
@@ -281,6 +288,16 @@ class Model:
         if extra:
             parts.append((1, "fold out", self._phase(("rd", "out"), lambda: (evens + 1, evens)).time(m)))
         return parts
+
+    def _oneshot(self, m):
+        """oneshot as algorithms.oneshot runs it: on one node, ceil(M/C) rounds (C its buffer), in each
+        every rank reading every other's piece at once; across nodes, recursive doubling."""
+        if len(self.network.node_ranks()) > 1:
+            return self._recursive_doubling(m)
+        rounds = max(1, math.ceil(m / ONESHOT_BYTES))
+        src, dst = (a.ravel() for a in np.meshgrid(np.arange(self.n), np.arange(self.n), indexing="ij"))
+        phase = self._phase(("oneshot",), lambda: (src[src != dst], dst[src != dst]))
+        return [(rounds, "round", phase.time(m / rounds))]
 
     def _hier(self, m, across):
         """hier as algorithms.hier runs it: L pieces of M/L (L the largest node's ranks); node k

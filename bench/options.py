@@ -16,6 +16,7 @@ from algorithms.settings import agree_settings
 from topology import BandwidthMatrix
 
 from .collectives import COLLECTIVES, algorithm_names
+from .mpi_menu import MENU, OPEN_MPI
 from .sizes import parse_size, sweep
 from .timing import AGGREGATIONS
 
@@ -24,12 +25,16 @@ ALIASES = {"float": "float32", "double": "float64", "half": "float16", "int": "i
            "char": "int8", "uint": "uint32"}
 
 #: python -m bench's subcommands, each with its own --help (bench/__main__.py runs them)
+BY_NAME = {"gloo", "auto", "native"}  # left out of --algo all
+
 SUBCOMMANDS = {
     "compare": "busbw of several runs and vendor nccl-tests logs side by side",
     "model": "the alpha-beta model's time and busbw per algorithm, beside measured results",
     "plot": "busbw against message size, as a PNG",
     "scaling": "data-parallel training step time and efficiency per algorithm and rank count",
     "perf": "the CPU performance targets measured in one run (under mpiexec, 2 ranks)",
+    "tune": "time every candidate per size and write the tuning table algorithm=\"auto\" follows (under mpiexec)",
+    "mpi-tuning": "the MPI library's fastest algorithm per size from runs of --algo mpi:NAME, as the file it loads",
     "bound": "what compiled 2-rank rings and trees reach against a memory copy (no MPI)",
     "treebuild": "how long building the matched trees takes for 64-16384 ranks",
     "lab": "the network lab: namespaces with shaped links on one machine (root)",
@@ -107,10 +112,13 @@ def build_parser():
                       help="root rank of rooted collectives; these three are rootless, so the root "
                            "column prints -1, as nccl-tests prints it for them")
     what.add_argument("--algo", default="all",
-                      help="comma list of ps,ring,bamring,tree,bamtree,kmtree,dbtree,rd,hier and the baselines mpi "
-                           "(native MPI_Allreduce), nccl (NCCL, --device gpu) and gloo (PyTorch's "
+                      help="comma list of ps,ring,bamring,tree,bamtree,kmtree,dbtree,rd,hier,oneshot, auto (per size, from the "
+                           "tuning table in ALLREDUCE_TUNING_FILE, else the model), native (MPI_Allreduce through "
+                           "our entry point) and the baselines mpi "
+                           "(native MPI_Allreduce; mpi:NAME: the library's own algorithm NAME, one per run: with "
+                           f"MPICH {','.join(MENU)}, with Open MPI {','.join(OPEN_MPI.menu)}), nccl (NCCL, --device gpu) and gloo (PyTorch's "
                            "torch.distributed on CPU tensors, when torch is installed), or all (ours and "
-                           "every MPI and NCCL baseline that can run here; gloo only by name); bamtree and kmtree build their trees, and bamring its ring order, from "
+                           "every MPI and NCCL baseline that can run here; gloo, auto, native and mpi:NAME only by name); bamtree and kmtree build their trees, and bamring its ring order, from "
                            "--topology, or from a probe the driver runs first when it is not given; hier (hierarchical: within "
                            "nodes, then across) takes its nodes from ALLREDUCE_NODE_MAP or shared memory, "
                            "and with ALLREDUCE_HIER_ACROSS=bamtree its tree across nodes from --topology too")
@@ -228,14 +236,24 @@ def parse_args(argv):
         if problem:
             p.error(problem)
     cuda_aware = args.device != "gpu" or algorithms.mpi_is_cuda_aware()
-    if args.algo == "all":  # the baselines that can run here; gloo (PyTorch, optional) only by name
+    if args.algo == "all":  # the baselines that can run here; gloo (PyTorch, optional), auto and native by name
         args.algos = [a for a in known if (a != "nccl" or args.device == "gpu") and (a != "mpi" or cuda_aware)
-                      and a != "gloo"]
+                      and a not in BY_NAME and not a.startswith("mpi:")]
     else:
         args.algos = [a for a in args.algo.split(",") if a]
     unknown = [a for a in args.algos if a not in known]
     if unknown:
         p.error(f"unknown --algo {','.join(unknown)} for {spec.name}; choices: {','.join(known)},all")
+    mpich = [a for a in args.algos if a.startswith("mpi:")]
+    if mpich:
+        from .mpi_menu import current_library
+
+        library = current_library()
+        if "mpi" in args.algos:
+            p.error(f"--algo mpi with {mpich[0]}: in this run MPI_Allreduce is {mpich[0]}; time mpi in a run of its own")
+        if len(set(mpich)) > 1 or os.environ.get(library.variable) != library.menu[mpich[0][4:]]:
+            p.error(f"--algo {','.join(mpich)}: one mpi:NAME per run, through python -m bench, which sets "
+                    f"{library.variable} before MPI starts")
     if "nccl" in args.algos and args.device != "gpu":
         p.error("--algo nccl needs --device gpu")
     if "gloo" in args.algos and args.device != "cpu":

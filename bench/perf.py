@@ -34,16 +34,19 @@ from mpi4py import MPI
 import algorithms
 from topology.files import write_json_atomically, write_text_atomically
 
-from .machine import describe
+from .machine import describe, tuning_path
 from .pages import huge_page_share, small_page_vector
 from .sizes import parse_size, sweep
 from .startup import refused
 
-ALGOS = ("ring", "tree", "dbtree", "ps", "rd")
+ALGOS = ("ring", "tree", "dbtree", "ps", "rd", "oneshot", "auto")
 REGISTERED = ("ring", "tree", "dbtree")  # also timed on vectors from algorithms.alloc_registered, as "<algo>_reg"
 IN_PLACE = "ring_reg_inplace"  # and the ring in place on one, as nccl-tests' in-place columns
 SMALL_PAGES = ("native", "ring")  # also timed on plain vectors held in 4 KiB pages, as "<name>_4kpages"
 MIB = 1 << 20
+#: half the Python cost of a small call over its bare MPI_Sendrecv exchanges before the one-shot
+#: work (rd 3.3 us, ring 5.8 us at 8 B on 2 ranks, bench perf of 2026-12-01)
+HALVED_COST_US = {"rd": 1.65, "ring": 2.9}
 GLOO_ITERS = 20  # gloo's calls take 0.6 ms and more: 20 of them time it well
 
 
@@ -130,6 +133,9 @@ def measure_sizes(comm, registered, sizes, repeats, factor, gloo=None):
         for algo in ALGOS:
             calls[algo] = functools.partial(algorithms.allreduce, x, y, algorithm=algo, check=False)
         calls["ring_checked"] = lambda: algorithms.allreduce(x, y, algorithm="ring")
+        if nbytes == 8 and comm.Get_size() == 2:  # the bare exchange the per-call costs are counted over
+            peer, incoming = 1 - comm.Get_rank(), np.empty_like(x)
+            calls["sendrecv"] = lambda: comm.Sendrecv(x, peer, 0, incoming, peer, 0)
         if gloo is not None:
             calls["gloo"] = functools.partial(gloo, x, y)
         rx, ry = (algorithms.alloc_registered(count, np.float32, comm=registered) for _ in range(2))
@@ -153,6 +159,7 @@ def measure_sizes(comm, registered, sizes, repeats, factor, gloo=None):
         for name in ("copy", "copy_all_ranks"):  # read + write counted once, as busbw counts bytes once
             row[f"{name}_GBps"] = row["bytes"] / seconds.pop(name) / 1e9
         row.update({f"{name}_s": value for name, value in seconds.items()})
+        row["auto_ran"] = algorithms.auto.choice(count * 4, comm=comm)[0]
         rows.append(with_busbw(row, factor))
         if comm.Get_rank() == 0:
             print({k: (round(v, 9) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
@@ -185,6 +192,8 @@ def median_rows(runs, factor):
         for key in rows[0]:
             if key.endswith(("_s", "_GBps")):
                 row[key] = statistics.median(r[key] for r in rows)
+            elif key == "auto_ran":
+                row[key] = rows[0][key]
             elif key.endswith("_share"):
                 row[key] = None if None in (r[key] for r in rows) else min(r[key] for r in rows)
         merged.append(with_busbw(row, factor))
@@ -228,8 +237,14 @@ def main(argv=None):
                    help="sweeps over all sizes; the table holds their median (default 3)")
     p.add_argument("-o", "--output", default="results/perf-cpu",
                    help="FILE prefix: writes FILE.json and FILE.md (default results/perf-cpu)")
+    p.add_argument("--tuning", metavar="FILE",
+                   help="the tuning table algorithm=\"auto\" follows (default: ALLREDUCE_TUNING_FILE, else "
+                        "results/tuning-<host>-<N>r.json from python -m bench tune where it exists, else the model)")
     args = p.parse_args(argv)
     comm = MPI.COMM_WORLD
+    tuning = args.tuning or os.environ.get("ALLREDUCE_TUNING_FILE") or tuning_path(comm)
+    if os.path.exists(tuning) or args.tuning:  # read by auto on first use, on every rank alike
+        os.environ["ALLREDUCE_TUNING_FILE"] = tuning
     if refused(comm, "python -m bench perf", (args.output + ".json", args.output + ".md")):
         return 2
     n = comm.Get_size()
@@ -252,11 +267,12 @@ def main(argv=None):
     bare, ours_self = self_times["bare"], self_times["ours"]
     overhead = {"per_call_overhead_us": (ours_self - bare) * 1e6}
     allocation = {a: steady_state_allocation(comm, a, 1 << 16) for a in ALGOS}
+    auto_reason = algorithms.auto.choice(8, comm=comm)[1]
 
     if comm.Get_rank() == 0:
         data = {"benchmark": "perf-cpu", "date": datetime.datetime.now(datetime.timezone.utc)
                 .isoformat(timespec="seconds"), "machine": describe(), "ranks": n,
-                "gloo": gloo.description if gloo else None,
+                "gloo": gloo.description if gloo else None, "auto": auto_reason,
                 "oversubscribed": n > (os.cpu_count() or 1), "rows": rows, **overhead,
                 "steady_state_python_bytes": allocation, "peak_memory": memory}
         data["targets"] = targets(data, runs)
@@ -312,6 +328,12 @@ def targets(data, sweeps=None):
         best = median_ratio(8, lambda r: min(r[f"{a}_s"] for a in ALGOS), lambda r: r["native_s"])
         checks.append({"target": "8-byte time of our best <= 3x native", "worst": round(best, 3),
                        "at_bytes": 8, "holds": best <= 3})
+    ratio_check("auto busbw >= 1.0x native, 8 B..256 MiB", 8, 256 << 20, "auto_busbw", "native_busbw", 1.0)
+    if 8 in rows and "sendrecv_s" in rows[8]:
+        for algo, exchanges, bound in (("rd", 1, HALVED_COST_US["rd"]), ("ring", 2, HALVED_COST_US["ring"])):
+            cost = statistics.median((run[8][f"{algo}_s"] - exchanges * run[8]["sendrecv_s"]) * 1e6 for run in runs)
+            checks.append({"target": f"{algo}'s Python cost over its {exchanges} bare exchange(s) <= {bound} us",
+                           "worst": round(cost, 2), "at_bytes": 8, "holds": cost <= bound})
     checks.append({"target": "per-call Python overhead < 10 us", "worst": round(data["per_call_overhead_us"], 2),
                    "at_bytes": 8, "holds": data["per_call_overhead_us"] < 10})
     ratio_check("tree busbw >= 0.8x ring at 64 MiB", 64 << 20, 64 << 20, "tree_busbw", "ring_busbw", 0.8)
@@ -360,8 +382,8 @@ def markdown(data):
              "| bytes | " + " | ".join(f"{_label(c)} (us)" for c in columns) + " | ring checked (us) | "
              + " | ".join(f"{_label(c)} busbw" for c in columns) + " | ring/native | tree/ring | dbtree/ring | copy GB/s | ring/copy "
              "| copy, all ranks at once GB/s | ring/that | ring reg/copy | ring reg in place/copy | tree reg/ring reg "
-             "| dbtree reg/ring reg |",
-             "|---:|" + "---:|" * (2 * len(columns) + 12)]
+             "| dbtree reg/ring reg | auto/native | auto ran |",
+             "|---:|" + "---:|" * (2 * len(columns) + 14)]
     for r in data["rows"]:
         cells = [str(r["bytes"]), *(f"{r[f'{c}_s'] * 1e6:.1f}" for c in columns), f"{r['ring_checked_s'] * 1e6:.1f}",
                  *(f"{r[f'{c}_busbw']:.2f}" for c in columns), f"{r['ring_busbw'] / r['native_busbw']:.2f}",
@@ -371,7 +393,8 @@ def markdown(data):
                  f"{r['ring_busbw'] / r['copy_all_ranks_GBps']:.2f}", f"{r['ring_reg_busbw'] / r['copy_GBps']:.2f}",
                  f"{r[f'{IN_PLACE}_busbw'] / r['copy_GBps']:.2f}",
                  f"{r['tree_reg_busbw'] / r['ring_reg_busbw']:.2f}",
-                 f"{r['dbtree_reg_busbw'] / r['ring_reg_busbw']:.2f}"]
+                 f"{r['dbtree_reg_busbw'] / r['ring_reg_busbw']:.2f}",
+                 f"{r['auto_busbw'] / r['native_busbw']:.2f}", r.get("auto_ran", "")]
         lines.append("| " + " | ".join(cells) + " |")
     if data.get("gloo"):
         lines += ["", f"PyTorch's gloo all-reduce ({data['gloo']}; out of place: the input copied into the output, "
@@ -392,6 +415,12 @@ def markdown(data):
         lines.append(f"| {r['bytes']} | {shares} | {r['native_4kpages_s'] * 1e6:.1f} | {r['ring_4kpages_s'] * 1e6:.1f} "
                      f"| {r['ring_4kpages_busbw'] / r['native_4kpages_busbw']:.2f} | {r['ring_4kpages_s'] / r['ring_s']:.2f} "
                      f"| {r['ring_4kpages_busbw'] / r['copy_GBps']:.2f} |")
+    exchange = next((r["sendrecv_s"] for r in data["rows"] if "sendrecv_s" in r), None)
+    lines += ["", f"auto: {data.get('auto')}. oneshot: every rank posts its vector in shared memory and "
+              "reduces all of them itself (one synchronisation); native: MPI_Allreduce through our entry point."]
+    if exchange is not None:
+        lines += ["", f"A bare 8-byte MPI_Sendrecv: {exchange * 1e6:.2f} us, timed in turn with the others; "
+                  "a small call's Python cost is its time less its bare exchanges (rd one, ring two on 2 ranks)."]
     lines += ["", f"Per-call Python overhead (8 B on a one-rank communicator, minus a bare copy): "
               f"{data['per_call_overhead_us']:.2f} us. Steady state over calls 51-100 on 256 KiB "
               f"(bytes retained, the same over calls 1-50, largest transient): {data['steady_state_python_bytes']}. Peak memory per rank with {memory['vector_bytes'] // MIB} MiB "

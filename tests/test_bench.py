@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 
+import algorithms
 from conftest import ROOT, mpiexec, run_mpi
 
 REFERENCE = ROOT / "tests" / "data" / "nccl-tests"  # copies of shared/reference/nccl-tests
@@ -56,14 +57,14 @@ def test_sweep_every_algorithm_read_by_a_superbench_style_parser(tmp_path):
     proc, log = bench(2, "-b", "8", "-e", "64K", "-f", "8", "-n", "3", "-w", "1", "-o", "all",
                       "-d", "int32", "--algo", "all", "-J", str(out), tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert algorithms_in(proc.stdout) == ["ps", "ring", "bamring", "tree", "bamtree", "kmtree", "dbtree", "rd", "hier", "mpi"]
+    assert algorithms_in(proc.stdout) == ["ps", "ring", "bamring", "tree", "bamtree", "kmtree", "dbtree", "rd", "hier", "oneshot", "mpi"]
     assert "# Topology: probed 2 ranks in 1 rounds" in proc.stdout  # no --topology: probe first
     transports = re.findall(r"# Transport: (.+)", proc.stdout)
-    assert transports == [transports[0]] * 9 + ["the MPI library's own collective"]
+    assert transports == [transports[0]] * 10 + ["the MPI library's own collective"]
     assert transports[0].startswith("shared-memory within a node; MPI between nodes")
     assert len(list(tmp_path.glob("probe-*-2r.json"))) == 1
     tables = superbench_parse(proc.stdout)
-    assert len(tables) == 10
+    assert len(tables) == 11
     for table in tables:
         assert table["oob"] == 0 and len(table["rows"]) == 5 * 4  # 5 sizes x 4 ops (no avg for ints)
         busbw = [r["oop"]["busbw"] for r in table["rows"]] + [r["ip"]["busbw"] for r in table["rows"]]
@@ -72,9 +73,9 @@ def test_sweep_every_algorithm_read_by_a_superbench_style_parser(tmp_path):
             assert int(r["size"]) == 4 * int(r["count"]) and r["type"] == "int32" and r["root"] == "-1"
             assert r["oop"]["#wrong"] == 0 and r["ip"]["#wrong"] == 0 and r["oop"]["time"] > 0
     document = json.loads(out.read_text())
-    assert len(document["results"]) == 200 and document["out_of_bounds"] == {"count": 0, "okay": "true"}
+    assert len(document["results"]) == 220 and document["out_of_bounds"] == {"count": 0, "okay": "true"}
     lines = [json.loads(line) for line in log.read_text().splitlines()]
-    assert len(lines) == 200 and {l["algorithm"] for l in lines} == {"ps", "ring", "bamring", "tree", "bamtree", "kmtree", "dbtree", "rd", "hier", "mpi"}
+    assert len(lines) == 220 and {l["algorithm"] for l in lines} == {"ps", "ring", "bamring", "tree", "bamtree", "kmtree", "dbtree", "rd", "hier", "oneshot", "mpi"}
     assert all(l["malloc"] == "glibc defaults" for l in lines)
     assert all(l["ranks"] == 2 and l["mpi"].startswith("MPICH") and l["commit"] for l in lines)
 
@@ -128,7 +129,7 @@ def test_matched_trees_from_a_probe(tmp_path):
     proc, _ = bench(3, "-b", "1K", "-e", "64K", "-f", "8", "-n", "2", "-w", "1", "--algo", "all",
                     "--topology", str(topo), tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert algorithms_in(proc.stdout) == ["ps", "ring", "bamring", "tree", "bamtree", "kmtree", "dbtree", "rd", "hier", "mpi"]
+    assert algorithms_in(proc.stdout) == ["ps", "ring", "bamring", "tree", "bamtree", "kmtree", "dbtree", "rd", "hier", "oneshot", "mpi"]
     assert all(t["oob"] == 0 and len(t["rows"]) == 3 for t in superbench_parse(proc.stdout))
 
 
@@ -188,7 +189,9 @@ BAD = [
     (["-b", "12Q"], "argument -b/--minbytes: not a size: '12Q' (use e.g. 8, 64K, 128M, 1G)"),
     (["-b", "1M", "-e", "1K"], "max bytes 1024 is below min bytes 1048576"),
     (["-b", "6", "-e", "6", "-d", "float"], "size 6 is not a multiple of 4 bytes (float32)"),
-    (["--algo", "ring,butterfly"], "unknown --algo butterfly for allreduce; choices: ps,ring,bamring,tree,bamtree,kmtree,dbtree,rd,hier,mpi,nccl,gloo,all"),
+    (["--algo", "ring,butterfly"], "unknown --algo butterfly for allreduce; choices: ps,ring,bamring,tree,bamtree,kmtree,dbtree,rd,hier,oneshot,native,auto,mpi,"
+     "mpi:recursive_doubling,mpi:recursive_multiplying,mpi:reduce_scatter_allgather,mpi:tree,mpi:recexch,mpi:ring,"
+     "mpi:k_reduce_scatter_allgather,nccl,gloo,all"),
     (["--algo", "nccl"], "--algo nccl needs --device gpu"),
     (["--device", "gpu", "--algo", "mpi"], "--device gpu: no GPU to run on, rank 0"),  # before CUDA-awareness
     (["--collective", "allgather", "--algo", "tree"], "unknown --algo tree for allgather; choices: ring,mpi,nccl,all"),
@@ -332,24 +335,31 @@ def test_perf_benchmark_writes_every_target(tmp_path):
                       parse_constant=lambda name: pytest.fail(f"perf.json holds {name}, which is not JSON"))
     assert [r["bytes"] for r in data["rows"]] == [8, 32768, 65536]
     for row in data["rows"]:
-        for name in ("native", "ring", "tree", "dbtree", "ps", "rd", "ring_checked", "ring_reg", "tree_reg",
+        for name in ("native", "ring", "tree", "dbtree", "ps", "rd", "oneshot", "auto", "ring_checked", "ring_reg", "tree_reg",
                      "dbtree_reg", "ring_reg_inplace", "native_4kpages", "ring_4kpages"):
             assert row[f"{name}_s"] > 0, (name, row)
         assert row["copy_GBps"] > 0 and row["copy_all_ranks_GBps"] > 0
+        assert row["auto_ran"] in algorithms.auto.candidates()
         assert row["small_pages_huge_share"] in (0.0, None) and 0 <= (row["plain_huge_share"] or 0) <= 1
+    assert data["rows"][0]["sendrecv_s"] > 0 and all("sendrecv_s" not in row for row in data["rows"][1:])
     assert len(data["runs"]) == 3
     for i, row in enumerate(data["rows"]):  # the table holds each time's median over the sweeps
         for key in ("native_s", "ring_s", "ring_reg_inplace_s", "copy_GBps"):
             assert row[key] == sorted(run["rows"][i][key] for run in data["runs"])[1], (key, row)
     targets = {t["target"]: t for t in data["targets"]}
-    assert len(targets) == 13
+    assert len(targets) == 16
+    for algo, exchanges in (("rd", 1), ("ring", 2)):  # the cost over the bare exchanges, worked out here
+        cost = sorted((run["rows"][0][f"{algo}_s"] - exchanges * run["rows"][0]["sendrecv_s"]) * 1e6
+                      for run in data["runs"])[1]
+        found = [t for name, t in targets.items() if name.startswith(f"{algo}'s Python cost over its {exchanges}")]
+        assert len(found) == 1 and found[0]["worst"] == round(cost, 2), (found, cost)
     ratios = {size: sorted(run["rows"][i]["ring_busbw"] / run["rows"][i]["native_busbw"] for run in data["runs"])[1]
               for i, size in enumerate((8, 32768, 65536))}  # each sweep's own ratio, median over sweeps
     worst = min((ratios[32768], 32768), (ratios[65536], 65536))
     assert (targets["ring busbw >= 0.9x native, 32 KiB..256 KiB"]["worst"],
             targets["ring busbw >= 0.9x native, 32 KiB..256 KiB"]["at_bytes"]) == (round(worst[0], 3), worst[1])
     assert targets["ring busbw >= 1.0x native, 256 KiB..256 MiB"]["holds"] is False  # no size in range
-    assert set(data["steady_state_python_bytes"]) == {"ring", "tree", "dbtree", "ps", "rd"}
+    assert set(data["steady_state_python_bytes"]) == {"ring", "tree", "dbtree", "ps", "rd", "oneshot", "auto"}
     text = (tmp_path / "perf.md").read_text()
     assert "| target | measured (worst) | at bytes | holds | sweep 1 | sweep 2 | sweep 3 |" in text and "| 65536 |" in text
     assert "| ring busbw >= 1.0x native, 256 KiB..256 MiB | size not run |  | **no** | size not run (no) |" in text
@@ -367,7 +377,7 @@ def test_gpu_check_script_on_numpy_buffers(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads((tmp_path / "gpu-host.json").read_text())
     assert data["total_wrong"] == 0 and [p["ranks"] for p in data["parts"]] == [2, 3]
-    algos = {"ps", "ring", "bamring", "tree", "bamtree", "kmtree", "dbtree", "rd", "hier"}
+    algos = {"ps", "ring", "bamring", "tree", "bamtree", "kmtree", "dbtree", "rd", "hier", "oneshot"}
     for part in data["parts"]:
         assert [r["transport"] for r in part["runs"]] == ["shm", "staged", "direct"]
         for run in part["runs"]:
@@ -449,3 +459,42 @@ def test_thp_setting_is_the_bracketed_word(tmp_path):
     setting.write_text("always [madvise] never\n")
     assert thp_mode(setting) == "madvise"
     assert thp_mode(tmp_path / "missing") == "unavailable"
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_tune_writes_a_table_auto_follows(tmp_path, ranks):
+    """``bench tune`` on a few sizes: every candidate timed at each, each rule's order its size's times
+    sorted, rules meeting at the geometric mean of neighbouring sizes, "*" standing for other dtypes;
+    then a run of auto on that table picks each size's fastest."""
+    out = tmp_path / "tuning.json"
+    proc = run_mpi(ranks, ["-m", "bench", "tune", "-b", "1K", "-e", "16K", "-f", "4", "--repeats", "1",
+                           "-o", str(out)], timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    table = json.loads(out.read_text())
+    assert (table["schema"], table["ranks"], table["nodes"]) == ("allreduce-tuning/1", ranks, 1)
+    times = table["measured_us"]["float32"]
+    sizes = [8, 1024, 4096, 16384]
+    assert sorted(int(b) for b in times) == sizes
+    for rules in ([r for r in table["rules"] if r["dtype"] == "float32"], [r for r in table["rules"] if r["dtype"] == "*"]):
+        assert [r["measured_bytes"] for r in rules] == sizes
+        assert [r["upto_bytes"] for r in rules] == [90, 2048, 8192, None]  # isqrt(8 * 1024) = 90
+        for rule in rules:
+            row = times[str(rule["measured_bytes"])]
+            assert set(rule["order"]) == set(algorithms.auto.candidates()) == set(row)
+            assert [row[name] for name in rule["order"]] == sorted(row.values())
+    assert f"wrote {out}" in proc.stdout
+    script = ("import json, algorithms; from mpi4py import MPI; "
+              "picks = MPI.COMM_WORLD.gather([algorithms.auto.choice(b)[0] for b in (8, 1024, 4096, 16384)]); "
+              "MPI.COMM_WORLD.rank or print(json.dumps(picks))")
+    follow = run_mpi(ranks, ["-c", script], timeout=60, env={"ALLREDUCE_TUNING_FILE": str(out)})
+    assert follow.returncode == 0, follow.stderr
+    fastest = [min(times[str(b)], key=times[str(b)].get) for b in sizes]
+    assert json.loads(follow.stdout) == [fastest] * ranks
+
+
+def test_tune_refuses_an_unknown_candidate(tmp_path):
+    proc = run_mpi(2, ["-m", "bench", "tune", "--algo", "ring,warp", "-o", str(tmp_path / "t.json")], timeout=60)
+    assert proc.returncode == 2
+    assert proc.stdout.strip().splitlines() == [
+        "python -m bench tune: unknown --algo warp; candidates: " + ",".join(algorithms.auto.candidates())]
+    assert not (tmp_path / "t.json").exists()

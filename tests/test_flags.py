@@ -283,7 +283,8 @@ def test_every_flag_has_help_without_internal_references():
     assert not re.search(r"seed 00|\bissue \d|DESIGN|\.\./shared|this machine", text, re.I)
 
 
-@pytest.mark.parametrize("name", ["compare", "model", "plot", "scaling", "perf", "bound", "treebuild", "lab"])
+@pytest.mark.parametrize("name", ["compare", "model", "plot", "scaling", "perf", "bound", "treebuild", "lab", "tune",
+                                  "mpi-tuning"])
 def test_every_subcommand_has_its_own_help(name):
     from bench.options import SUBCOMMANDS
 

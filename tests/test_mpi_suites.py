@@ -37,6 +37,11 @@ def test_correctness_suite(ranks, tmp_path):
     run_suite(ranks, "tests/mpi/test_correctness.py", tmp_path, timeout=420)
 
 
+@pytest.mark.parametrize("ranks", [1, 2, 3])
+def test_auto_suite(ranks, tmp_path):
+    run_suite(ranks, "tests/mpi/test_auto.py", tmp_path, timeout=180)
+
+
 @pytest.mark.parametrize("ranks", [1, 2, 3, 5])
 def test_bad_input_suite(ranks, tmp_path):
     run_suite(ranks, "tests/mpi/test_bad_input.py", tmp_path, timeout=120)

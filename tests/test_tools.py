@@ -13,10 +13,11 @@ import pytest
 from conftest import ROOT, run_mpi
 
 VENDOR = ROOT / "tests" / "data" / "nccl-tests" / "superbench_8xA100_allreduce.log"
-MODELLED = ["ps", "ring", "bamring", "tree", "bamtree", "kmtree", "dbtree", "rd", "hier"]  # bench model's default --algo
-ALGORITHMS = ["ps", "ring", "bamring", "tree", "bamtree", "kmtree", "dbtree", "rd", "hier", "mpi"]
+MODELLED = ["ps", "ring", "bamring", "tree", "bamtree", "kmtree", "dbtree", "rd", "hier", "oneshot"]  # bench model's default --algo
+ALGORITHMS = ["ps", "ring", "bamring", "tree", "bamtree", "kmtree", "dbtree", "rd", "hier", "oneshot", "mpi"]
 HELP_FILES = ["bench/compare.py", "bench/model.py", "bench/plot.py", "bench/scaling.py", "bench/bound.py",
-              "bench/perf.py", "bench/treebuild.py", "bench/lab/__main__.py", "bench/gpu_check.py"]
+              "bench/perf.py", "bench/treebuild.py", "bench/lab/__main__.py", "bench/gpu_check.py", "bench/tune.py",
+              "bench/mpi_menu.py"]
 
 
 @pytest.fixture(scope="module")
@@ -265,7 +266,7 @@ def test_every_flag_has_help_that_states_its_default(path):
 
 HELP_COMMANDS = [["bench", "compare"], ["bench", "model"], ["bench", "plot"], ["bench", "scaling"],
                  ["bench", "bound"], ["bench.perf"], ["bench.treebuild"], ["bench.lab"], ["bench.lab", "up"],
-                 ["bench.lab", "run"], ["bench.gpu_check"]]
+                 ["bench.lab", "run"], ["bench.gpu_check"], ["bench", "tune"], ["bench", "mpi-tuning"]]
 
 
 @pytest.mark.parametrize("command", HELP_COMMANDS, ids=" ".join)

@@ -1,0 +1,153 @@
+"""``algorithm="auto"``: per call, the algorithm measured fastest for the call's size, dtype,
+placement (host or device memory) and rank layout, native ``MPI_Allreduce`` (:mod:`.native`) among them.
+
+The measurements are a tuning table written by ``python -m bench tune`` (``results/tuning-<host>-<N>r.json``),
+named by ``ALLREDUCE_TUNING_FILE``; rank 0 reads it and every rank gets its copy, so all choose
+alike. A table applies to a communicator of its rank and node count; it lists, per placement and
+dtype ("*": any), size ranges and the candidates fastest first, and a call takes the first one
+that can run it. Where no table applies,
+the alpha-beta closed forms below decide among our algorithms (seed 000, section 5; the model knows
+nothing of native MPI's, so it never picks it), with alpha per message step and beta per transfer:
+
+    oneshot  (one node)  ceil(M/C) alpha/2 + N M/beta     (C the one-shot buffer)
+    rd       (log2 p + 2[N > p]) (alpha + M/beta)           (p the largest power of two <= N)
+    ring     2(N-1) (alpha + M/(N beta))
+    hier     (K nodes of R ranks, R > 1)  2(R-1)(alpha + M/(10 R beta)) + 2(K-1)(alpha + M/(K beta))
+
+:func:`choice` says what a call of a size would run, and why.
+"""
+
+import json
+import math
+
+import numpy as np
+from mpi4py import MPI
+
+from .settings import setting
+
+SCHEMA = "allreduce-tuning/1"
+MODEL_ALPHA_S = 4e-6  # one message step of our algorithms (bench perf: rd at 8 B on 2 ranks, 2-core EPYC)
+MODEL_BETA = 5e9  # bytes per second of one transfer
+CACHED = 1024  # (module, dtype, bytes) choices kept
+
+
+def _registry():
+    from .registry import ALGORITHMS  # which imports this module
+
+    return ALGORITHMS
+
+
+def candidates():
+    """The registry's algorithms auto may choose: those that need no bandwidth matrix or tree, native MPI among them."""
+    from .registry import needs_bandwidth
+
+    return [name for name in _registry() if name != "auto" and not needs_bandwidth(name)]
+
+
+def load_table(path):
+    """The tuning table in ``path``, checked: a dict with ``ranks``, ``nodes`` and ``rules``."""
+    with open(path) as f:
+        table = json.load(f)
+    if not isinstance(table, dict) or table.get("schema") != SCHEMA:
+        raise ValueError(f"{path}: not a tuning table (schema {SCHEMA!r}; python -m bench tune writes them)")
+    known = set(candidates())
+    for rule in table.get("rules", ()):
+        unknown = [name for name in rule.get("order", ()) if name not in known]
+        if unknown or not rule.get("order"):
+            raise ValueError(f"{path}: a rule names {', '.join(unknown) or 'no algorithm'}; "
+                             f"candidates: {', '.join(sorted(known))}")
+    return table
+
+
+class Choices:
+    """What auto runs on one communicator (collective to build): the table that applies, or the model."""
+
+    def __init__(self, comm):
+        self.size = comm.Get_size()
+        node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        self.per_node = node.Get_size()
+        self.nodes = comm.allreduce(int(node.Get_rank() == 0))
+        self.single_node = self.nodes == 1
+        node.Free()
+        path = setting("ALLREDUCE_TUNING_FILE")
+        loaded = None
+        if comm.Get_rank() == 0 and path:
+            try:
+                loaded = load_table(path)
+            except (OSError, ValueError) as exc:
+                loaded = f"ALLREDUCE_TUNING_FILE={path}: {exc}"
+        loaded = comm.bcast(loaded, root=0)
+        if isinstance(loaded, str):
+            raise ValueError(loaded)
+        self.table, self.reason = None, "no tuning table (ALLREDUCE_TUNING_FILE unset): the model decides"
+        if loaded is not None:
+            if (loaded.get("ranks"), loaded.get("nodes")) == (self.size, self.nodes):
+                self.table, self.reason = loaded, f"tuning table {path}"
+            else:
+                self.reason = (f"tuning table {path} is for {loaded.get('ranks')} ranks on {loaded.get('nodes')} "
+                               f"node(s), this communicator {self.size} on {self.nodes}: the model decides")
+        self._cache = {}
+
+    def pick(self, xp, dtype, nbytes):
+        """The function to run for a call of ``nbytes`` of ``dtype`` in module ``xp``'s memory."""
+        key = (xp, dtype, nbytes)
+        run = self._cache.get(key)
+        if run is None:
+            if len(self._cache) >= CACHED:
+                self._cache.clear()
+            run = self._cache[key] = _registry()[self.choose(xp.__name__ != "numpy", dtype.name, nbytes)[0]]
+        return run
+
+    def choose(self, device, dtype, nbytes):
+        """(algorithm name, why) for a call of ``nbytes`` of ``dtype`` (device memory or not)."""
+        usable = self._usable()
+        if self.table is not None:
+            placement = "device" if device else "host"
+            rules = [r for r in self.table["rules"] if r.get("placement", "host") == placement]
+            exact = [r for r in rules if r.get("dtype") == dtype]
+            for rule in exact or [r for r in rules if r.get("dtype", "*") == "*"]:
+                upto = rule.get("upto_bytes")
+                if upto is None or nbytes <= upto:
+                    for name in rule["order"]:
+                        if name in usable:
+                            return name, f"{self.reason}, {rule.get('dtype', '*')} up to {upto} bytes"
+        return self.modelled(nbytes, usable), self.reason if self.table is None else (
+            f"{self.reason} has no rule for this call: the model decides")
+
+    def _usable(self):
+        names = set(candidates())
+        if not self.single_node:
+            names.discard("oneshot")  # it would run recursive doubling
+        return names
+
+    def modelled(self, nbytes, usable):
+        """The algorithm of least modelled time (module docstring) among ``usable``."""
+        n, m, alpha, beta = self.size, nbytes, MODEL_ALPHA_S, MODEL_BETA
+        if n == 1:
+            return "ring"
+        p = 1 << (n.bit_length() - 1)
+        times = {"rd": (math.log2(p) + 2 * (n > p)) * (alpha + m / beta),
+                 "ring": 2 * (n - 1) * (alpha + m / (n * beta))}
+        if self.single_node:
+            times["oneshot"] = math.ceil(max(m, 1) / setting("ALLREDUCE_ONESHOT_BYTES")) * alpha / 2 + n * m / beta
+        if self.nodes > 1 and self.per_node > 1 and self.size == self.nodes * self.per_node:
+            r, k = self.per_node, self.nodes
+            times["hier"] = 2 * (r - 1) * (alpha + m / (10 * r * beta)) + 2 * (k - 1) * (alpha + m / (k * beta))
+        return min((t, name) for name, t in times.items() if name in usable)[1]
+
+    def free(self):
+        pass
+
+
+def choice(nbytes, dtype="float32", comm=None, device=False):
+    """``(algorithm, why)``: what ``algorithm="auto"`` runs for ``nbytes`` of ``dtype`` on ``comm``
+    (COMM_WORLD when None), on device memory when ``device``. Collective the first time per communicator."""
+    from .executor import private_comm
+
+    private = private_comm(MPI.COMM_WORLD if comm is None else comm)
+    return private.resource("auto", Choices).choose(device, np.dtype(dtype).name, int(nbytes))
+
+
+def allreduce(coll, sendbuf, recvbuf):
+    choices = coll.private.resources.get("auto") or coll.private.resource("auto", Choices)
+    choices.pick(coll.xp, sendbuf.dtype, sendbuf.nbytes)(coll, sendbuf, recvbuf)

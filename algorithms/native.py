@@ -1,0 +1,30 @@
+"""``algorithm="native"``: the MPI library's own ``MPI_Allreduce``, called through our entry point.
+
+The baseline that auto (:mod:`.auto`) weighs our algorithms against: its time includes what
+our call costs before any message moves (checks, dispatch), as auto's choice of it would.
+Runs on the private duplicate of the caller's communicator; ``avg`` is a sum that the caller
+divides. Device buffers go to a CUDA-aware MPI as they are (the stream synchronized first), and
+to any other MPI through host copies.
+"""
+
+import numpy as np
+from mpi4py import MPI
+
+from .arrays import stream_synchronize
+from .transport import mpi_is_cuda_aware
+
+MPI_OPS = {"sum": MPI.SUM, "avg": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
+
+
+def allreduce(coll, sendbuf, recvbuf):
+    op = MPI_OPS[coll.op]
+    if coll.xp is np:
+        coll.comm.Allreduce(MPI.IN_PLACE if recvbuf is sendbuf else sendbuf, recvbuf, op=op)
+        return
+    stream_synchronize(coll.xp)
+    if mpi_is_cuda_aware():
+        coll.comm.Allreduce(MPI.IN_PLACE if recvbuf is sendbuf else sendbuf, recvbuf, op=op)
+        return
+    host = coll.xp.asnumpy(sendbuf)
+    coll.comm.Allreduce(MPI.IN_PLACE, host, op=op)
+    recvbuf.set(host)

@@ -1,0 +1,142 @@
+"""One-shot all-reduce through the node's shared memory: the small-message all-reduce of
+TensorRT-LLM's and vLLM's custom all-reduce ("one-shot") and of MSCCL++.
+
+Every rank copies its vector into its own buffer of a window the node's ranks share
+(``MPI_Win_allocate_shared``), raises its call counter, waits until every other rank's counter
+has reached the call, then reduces all N buffers itself, in rank order, straight into its result:
+one synchronisation instead of log2 N (recursive doubling) or 2(N-1) (ring) message steps, and
+no MPI call at all, so T ~ alpha_sync + (N-1) M / beta_mem. Every rank computes the same
+combinations in the same order, so all get bit-identical results.
+
+Each rank has two buffers, each with its call counter just before it, and uses them in turn,
+call by call, so a rank may post call k+1 while a slower one still reads call k: the buffer it
+overwrites held call k-1, which every rank had finished reading before it posted call k, and
+this rank waited for those posts.
+``MPI_Win_sync`` orders the data and the counters (MPI 4.1 section 12.7), except on x86-64, whose
+stores reach other cores in program order and whose loads are not reordered with older loads
+(total store order; Intel SDM vol. 3A, 9.2.2), where both syncs of a call, 0.3 us, are left out. A vector over one
+buffer (``ALLREDUCE_ONESHOT_BYTES``, 64 KiB) goes in pieces, each piece a round. Every rank
+reads every other rank's buffer, (N-1) M per rank, so it pays only for small vectors; where the
+ranks span nodes, or for CuPy buffers, it is recursive doubling (:mod:`.recursive_doubling`).
+"""
+
+import os
+import platform
+
+import numpy as np
+from mpi4py import MPI
+
+from . import recursive_doubling
+from .settings import setting
+from .shared_memory import LINE, SPINS_BEFORE_YIELD
+
+VIEWS = 256  # rounds (with their views of the buffers) kept, one per shape
+#: whether stores and loads may be seen out of order by the other cores (not on x86-64: TSO)
+NEEDS_SYNC = platform.machine().lower() not in ("x86_64", "amd64")
+
+
+class OneShotWindow:
+    """The node's window for one-shot all-reduce on a communicator (collective to build): per
+    rank two boxes, each a call counter followed at once by a buffer of ``ALLREDUCE_ONESHOT_BYTES``,
+    so a vector of up to 56 bytes travels with its counter in one cache line. ``usable`` is False,
+    with no window, where the communicator spans nodes."""
+
+    def __init__(self, comm):
+        self.capacity = setting("ALLREDUCE_ONESHOT_BYTES")  # a multiple of LINE
+        box = self.capacity + LINE  # counter, buffer, and the rest of the last line
+        node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        self.size, self.me = comm.Get_size(), comm.Get_rank()
+        try:
+            self.usable = node.Get_size() == self.size  # the same answer on every rank
+            self.win = MPI.Win.Allocate_shared(2 * box, LINE, comm=node) if self.usable else None
+        finally:
+            node.Free()
+        if self.win is None:
+            return
+        self.win.Lock_all(MPI.MODE_NOCHECK)
+        # one node, split with key 0: node rank r is communicator rank r
+        parts = [np.frombuffer(self.win.Shared_query(r)[0], np.uint8) for r in range(self.size)]
+        # counters as memoryviews: quickest to poll; by box, then rank
+        counters = [[memoryview(p[which * box:which * box + 8]).cast("q") for p in parts] for which in (0, 1)]
+        self.buffers = [tuple(p[which * box + 8:which * box + 8 + self.capacity] for which in (0, 1)) for p in parts]
+        self.mine = tuple(counters[which][self.me] for which in (0, 1))
+        self.others = tuple(tuple(c for r, c in enumerate(counters[which]) if r != self.me) for which in (0, 1))
+        self.calls = [0]  # calls so far, shared by the rounds of every shape
+        for counter in self.mine:
+            counter[0] = 0
+        self.win.Sync()
+        comm.Barrier()  # every counter is zero before anyone posts
+        self.rounds = {}  # (dtype, count) -> round(piece, out, combine) for pieces of that shape
+
+    def round_for(self, dtype, count):
+        """``round(piece, out, combine)`` for pieces of ``count`` elements of ``dtype``: post the piece,
+        wait for every rank's, reduce them all, in rank order, into ``out`` (which may be the piece).
+        Made once per shape (at most :data:`VIEWS`), its buffers' views found here."""
+        found = self.rounds.get((dtype, count))
+        if found is not None:
+            return found
+        if len(self.rounds) >= VIEWS:
+            self.rounds.clear()
+        nbytes = count * dtype.itemsize
+        views = tuple(tuple(b[which][:nbytes].view(dtype) for b in self.buffers) for which in (0, 1))
+        rest = tuple(v[2:] for v in views)
+        me, mine, others, calls_made, copyto = self.me, self.mine, self.others, self.calls, np.copyto
+        sync = self.win.Sync if NEEDS_SYNC else None
+
+        def one_round(piece, out, combine):
+            calls = calls_made[0] = calls_made[0] + 1
+            which = calls & 1
+            buffers = views[which]
+            copyto(buffers[me], piece)
+            if sync is not None:
+                sync()  # the data before the counter
+            mine[which][0] = calls
+            for counter in others[which]:
+                if counter[0] < calls:
+                    _wait(counter, calls)
+            if sync is not None:
+                sync()  # the counters before the data
+            combine(buffers[0], buffers[1], out=out)
+            for view in rest[which]:
+                combine(out, view, out=out)
+
+        self.rounds[(dtype, count)] = one_round
+        return one_round
+
+    def free(self):
+        if self.win is not None:
+            self.win.Unlock_all()
+            self.win.Free()
+            self.win = None
+
+
+def _wait(counter, calls):
+    """Spin until ``counter`` reaches ``calls``, giving the core away after a while (oversubscribed runs)."""
+    idle = 0
+    while counter[0] < calls:
+        idle += 1
+        if idle >= SPINS_BEFORE_YIELD:
+            os.sched_yield()
+
+
+def allreduce(coll, sendbuf, recvbuf):
+    window = coll.private.resources.get("oneshot")
+    if window is not None and coll.xp is np:  # the common case first: a vector of one piece, seen before
+        run = window.rounds.get((sendbuf.dtype, sendbuf.size))
+        if run is not None:
+            run(sendbuf, recvbuf, coll.combine)
+            return
+    if coll.size == 1:
+        coll.start_in(sendbuf, recvbuf)
+        return
+    window = window or coll.private.resource("oneshot", OneShotWindow)
+    if not window.usable or coll.xp is not np:
+        recursive_doubling.allreduce(coll, sendbuf, recvbuf)
+        return
+    step = window.capacity // sendbuf.itemsize
+    if sendbuf.size <= step:
+        window.round_for(sendbuf.dtype, sendbuf.size)(sendbuf, recvbuf, coll.combine)
+        return
+    for lo in range(0, sendbuf.size, step):
+        piece = sendbuf[lo:lo + step]
+        window.round_for(piece.dtype, piece.size)(piece, recvbuf[lo:lo + step], coll.combine)
