@@ -5,7 +5,8 @@ The measurements are a tuning table written by ``python -m bench tune`` (``resul
 named by ``ALLREDUCE_TUNING_FILE``; rank 0 reads it and every rank gets its copy, so all choose
 alike. A table applies to a communicator of its rank and node count; it lists, per placement and
 dtype ("*": any), size ranges and the candidates fastest first, and a call takes the first one
-that can run it. Where no table applies,
+that can run it; never native MPI for max and min on floating point, where MPI need not give NaN
+for an element that is NaN on one rank, as every algorithm of ours does. Where no table applies,
 the alpha-beta closed forms below decide among our algorithms (seed 000, section 5; the model knows
 nothing of native MPI's, so it never picks it), with alpha per message step and beta per transfer:
 
@@ -19,9 +20,12 @@ nothing of native MPI's, so it never picks it), with alpha per message step and 
 
 import json
 import math
+from collections import Counter
 
 import numpy as np
 from mpi4py import MPI
+
+from topology.probe import node_numbers
 
 from .settings import setting
 
@@ -64,11 +68,9 @@ class Choices:
 
     def __init__(self, comm):
         self.size = comm.Get_size()
-        node = comm.Split_type(MPI.COMM_TYPE_SHARED)
-        self.per_node = node.Get_size()
-        self.nodes = comm.allreduce(int(node.Get_rank() == 0))
-        self.single_node = self.nodes == 1
-        node.Free()
+        counts = Counter(node_numbers(comm))  # the same on every rank, so every rank decides alike
+        self.nodes, self.single_node = len(counts), len(counts) == 1
+        self.per_node = counts[0] if len(set(counts.values())) == 1 else None  # None: nodes of different sizes
         path = setting("ALLREDUCE_TUNING_FILE")
         loaded = None
         if comm.Get_rank() == 0 and path:
@@ -88,19 +90,19 @@ class Choices:
                                f"node(s), this communicator {self.size} on {self.nodes}: the model decides")
         self._cache = {}
 
-    def pick(self, xp, dtype, nbytes):
+    def pick(self, xp, dtype, nbytes, op):
         """The function to run for a call of ``nbytes`` of ``dtype`` in module ``xp``'s memory."""
-        key = (xp, dtype, nbytes)
+        key = (xp, dtype, nbytes, op)
         run = self._cache.get(key)
         if run is None:
             if len(self._cache) >= CACHED:
                 self._cache.clear()
-            run = self._cache[key] = _registry()[self.choose(xp.__name__ != "numpy", dtype.name, nbytes)[0]]
+            run = self._cache[key] = _registry()[self.choose(xp.__name__ != "numpy", dtype.name, nbytes, op)[0]]
         return run
 
-    def choose(self, device, dtype, nbytes):
+    def choose(self, device, dtype, nbytes, op="sum"):
         """(algorithm name, why) for a call of ``nbytes`` of ``dtype`` (device memory or not)."""
-        usable = self._usable()
+        usable = self._usable(dtype, op)
         if self.table is not None:
             placement = "device" if device else "host"
             rules = [r for r in self.table["rules"] if r.get("placement", "host") == placement]
@@ -114,8 +116,10 @@ class Choices:
         return self.modelled(nbytes, usable), self.reason if self.table is None else (
             f"{self.reason} has no rule for this call: the model decides")
 
-    def _usable(self):
+    def _usable(self, dtype, op):
         names = set(candidates())
+        if op in ("max", "min") and np.dtype(dtype).kind == "f":
+            names.discard("native")  # MPI's MAX and MIN need not give NaN where one rank has it; ours all do
         if not self.single_node:
             names.discard("oneshot")  # it would run recursive doubling
         return names
@@ -130,7 +134,7 @@ class Choices:
                  "ring": 2 * (n - 1) * (alpha + m / (n * beta))}
         if self.single_node:
             times["oneshot"] = math.ceil(max(m, 1) / setting("ALLREDUCE_ONESHOT_BYTES")) * alpha / 2 + n * m / beta
-        if self.nodes > 1 and self.per_node > 1 and self.size == self.nodes * self.per_node:
+        if self.nodes > 1 and (self.per_node or 0) > 1:
             r, k = self.per_node, self.nodes
             times["hier"] = 2 * (r - 1) * (alpha + m / (10 * r * beta)) + 2 * (k - 1) * (alpha + m / (k * beta))
         return min((t, name) for name, t in times.items() if name in usable)[1]
@@ -139,15 +143,15 @@ class Choices:
         pass
 
 
-def choice(nbytes, dtype="float32", comm=None, device=False):
+def choice(nbytes, dtype="float32", comm=None, device=False, op="sum"):
     """``(algorithm, why)``: what ``algorithm="auto"`` runs for ``nbytes`` of ``dtype`` on ``comm``
     (COMM_WORLD when None), on device memory when ``device``. Collective the first time per communicator."""
     from .executor import private_comm
 
     private = private_comm(MPI.COMM_WORLD if comm is None else comm)
-    return private.resource("auto", Choices).choose(device, np.dtype(dtype).name, int(nbytes))
+    return private.resource("auto", Choices).choose(device, np.dtype(dtype).name, int(nbytes), op)
 
 
 def allreduce(coll, sendbuf, recvbuf):
     choices = coll.private.resources.get("auto") or coll.private.resource("auto", Choices)
-    choices.pick(coll.xp, sendbuf.dtype, sendbuf.nbytes)(coll, sendbuf, recvbuf)
+    choices.pick(coll.xp, sendbuf.dtype, sendbuf.nbytes, coll.op)(coll, sendbuf, recvbuf)

@@ -75,8 +75,8 @@ def oversubscription(comm):
 def tuning_path(comm):
     """Where ``python -m bench tune`` writes the tuning table of ``comm`` by default:
     ``results/tuning-<host>-<N>r.json`` (``<host>-<K>nodes`` when the ranks span K nodes; collective)."""
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    nodes = comm.allreduce(int(node.Get_rank() == 0))
-    node.Free()
+    from topology.probe import node_numbers
+
+    nodes = len(set(node_numbers(comm)))
     host = socket.gethostname() if nodes == 1 else f"{socket.gethostname()}-{nodes}nodes"
     return os.path.join("results", f"tuning-{host}-{comm.Get_size()}r.json")

@@ -25,6 +25,7 @@ import algorithms
 from algorithms.auto import SCHEMA, candidates
 from algorithms.ops import check_op_dtype, dtype_index
 from topology.files import write_json_atomically
+from topology.probe import node_numbers
 
 from .machine import describe, oversubscription, tuning_path
 from .options import ALIASES
@@ -110,9 +111,7 @@ def main(argv=None):
         return 2
     crowded = oversubscription(comm)
     sizes = sorted({8, *sweep(args.minbytes, args.maxbytes, args.stepfactor)})
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    nodes = comm.allreduce(int(node.Get_rank() == 0))
-    node.Free()
+    nodes = len(set(node_numbers(comm)))
     measured = {dtype.name: measure(comm, dtype, args.op, sizes, args.repeats, names) for dtype in dtypes}
     if comm.Get_rank() == 0:
         table = {"schema": SCHEMA, "ranks": comm.Get_size(), "nodes": nodes, "op": args.op,

@@ -104,6 +104,20 @@ def test_native_is_exact(comm, dtype):
     assert not failures, f"rank {comm.rank}: " + "; ".join(failures)
 
 
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_nan_propagates_even_where_the_table_says_native(fresh, op):
+    """MPI's MAX and MIN need not give NaN where one rank has it; auto then takes the next candidate."""
+    dup, directory = fresh
+    table(dup, directory, [{"dtype": "*", "upto_bytes": None, "order": ["native", "rd"]}])
+    for dtype in ("float16", "float32", "float64"):
+        x = rank_input(dtype, op, 3 * dup.size + 1, dup.rank, dup.size).astype(dtype)
+        x[dup.rank::dup.size] = np.nan  # element i: NaN on rank i % size alone
+        out = algorithms.allreduce(x, np.empty_like(x), op=op, algorithm="auto", comm=dup)
+        assert np.isnan(out).all(), (dtype, out)
+        assert choice(x.nbytes, dtype, comm=dup, op=op)[0] == "rd"
+    assert choice(8, "int32", comm=dup, op=op)[0] == "native"  # integers have no NaN
+
+
 def test_without_a_table_the_model_decides(fresh):
     dup, _ = fresh
     os.environ.pop("ALLREDUCE_TUNING_FILE", None)

@@ -207,7 +207,7 @@ def test_max_and_min_propagate_nan_alike_on_every_rank(comm, op):
     and with every algorithm (NumPy's maximum/minimum: the reference is NaN by definition).
     MPI's own MAX and MIN need not: MPICH's result depends on where the NaN enters."""
     count = 3 * comm.size + 1
-    for algorithm in sorted(algorithms.ALGORITHMS):
+    for algorithm in sorted(set(algorithms.ALGORITHMS) - {"native"}):  # native is MPI's own MAX and MIN
         for dtype in ("float16", "float32", "float64"):
             x = rank_input(dtype, op, count, comm.rank, comm.size).astype(dtype)
             x[comm.rank::comm.size] = np.nan  # element i: NaN on rank i % size alone
