@@ -11,20 +11,21 @@ import sys
 
 TOOLS = {"bound": "bench.bound", "compare": "bench.compare", "model": "bench.model", "perf": "bench.perf",
          "plot": "bench.plot", "scaling": "bench.scaling", "treebuild": "bench.treebuild", "lab": "bench.lab.__main__",
-         "tune": "bench.tune", "mpi-tuning": "bench.mpi_menu"}
+         "tune": "bench.tune", "mpi-tuning": "bench.mpi_menu", "nccl-tuning": "bench.nccl_menu"}
 UNDER_MPI = {"perf", "tune"}  # tools run on every rank of an MPI job, besides the sweep
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] not in TOOLS:  # the sweep: the MPI library's own algorithm (--algo mpi:NAME), set before MPI starts
-        from bench.mpi_menu import environment_for
+    if not argv or argv[0] not in TOOLS:  # the sweep: MPI's or NCCL's own algorithm (--algo mpi:NAME, nccl:ALGO/PROTO), set first
+        from bench import mpi_menu, nccl_menu
 
-        wanted = environment_for(argv, os.environ)
-        if isinstance(wanted, str):
-            print(f"python -m bench: error: {wanted}", file=sys.stderr)
-            return 2
-        os.environ.update(wanted)
+        for menu in (mpi_menu, nccl_menu):
+            wanted = menu.environment_for(argv, os.environ)
+            if isinstance(wanted, str):
+                print(f"python -m bench: error: {wanted}", file=sys.stderr)
+                return 2
+            os.environ.update(wanted)
     if argv and argv[0] in TOOLS and argv[0] not in UNDER_MPI:
         return importlib.import_module(TOOLS[argv[0]]).main(argv[1:])
     from algorithms.ending import run_together

@@ -149,7 +149,7 @@ def main(argv=None):
             from .gpu import NcclBaseline, select_device
 
             xp, device, gpus = select_device(comm)
-            if "nccl" in args.algos:
+            if any(a == "nccl" or a.startswith("nccl:") for a in args.algos):
                 nccl = NcclBaseline(comm, gpus)
         if "gloo" in args.algos:
             from .gloo import GlooBaseline
@@ -301,6 +301,8 @@ def transport_of(algo, comm, xp, gloo=None):
         return "the MPI library's own collective" + (" on device buffers (CUDA-aware MPI)" if xp is not np else "")
     if algo == "nccl":
         return "NCCL"
+    if algo.startswith("nccl:"):
+        return "NCCL told " + " ".join(f"{k}={os.environ.get(k)}" for k in ("NCCL_ALGO", "NCCL_PROTO"))
     return algorithms.transport_in_use(xp, comm)
 
 

@@ -13,6 +13,7 @@ from algorithms.plans import tree_for
 
 from .check import check_expected, check_fill
 from .mpi_menu import current_library
+from .nccl_menu import NAMES as NCCL_NAMES
 
 _MPI_OPS = {"sum": MPI.SUM, "avg": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
 
@@ -164,7 +165,7 @@ def algorithm_names(spec):
     for the all-reduce only)."""
     library = current_library() if spec.name == "allreduce" else None
     mpich = [f"mpi:{name}" for name in library.menu] if library else []
-    return [*spec.ours, "mpi", *mpich, "nccl", *(["gloo"] if spec.name == "allreduce" else [])]
+    return [*spec.ours, "mpi", *mpich, "nccl", *NCCL_NAMES, *(["gloo"] if spec.name == "allreduce" else [])]
 
 
 def needs_topology(name):
@@ -177,7 +178,7 @@ def make_runner(spec, name, comm, op, topology=None, nccl=None, gloo=None):
     """``run(send, recv, check=False) -> result`` for algorithm ``name`` of collective ``spec``."""
     if name == "mpi" or name.startswith("mpi:"):  # mpi:NAME: MPICH told its algorithm at MPI_Init (bench.mpich)
         return spec.run_mpi(comm, op)
-    if name == "nccl":
+    if name == "nccl" or name.startswith("nccl:"):  # nccl:ALGO/PROTO: NCCL_ALGO and NCCL_PROTO set first (bench.nccl_menu)
         return nccl.runner(spec.name, op)
     if name == "gloo":
         return gloo.runner(spec.name, op)

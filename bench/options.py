@@ -17,6 +17,9 @@ from topology import BandwidthMatrix
 
 from .collectives import COLLECTIVES, algorithm_names
 from .mpi_menu import MENU, OPEN_MPI
+from .nccl_menu import ALGORITHMS as NCCL_ALGORITHMS
+from .nccl_menu import PROTOCOLS as NCCL_PROTOCOLS
+from .nccl_menu import environment as nccl_environment
 from .sizes import parse_size, sweep
 from .timing import AGGREGATIONS
 
@@ -35,6 +38,8 @@ SUBCOMMANDS = {
     "perf": "the CPU performance targets measured in one run (under mpiexec, 2 ranks)",
     "tune": "time every candidate per size and write the tuning table algorithm=\"auto\" follows (under mpiexec)",
     "mpi-tuning": "the MPI library's fastest algorithm per size from runs of --algo mpi:NAME, as the file it loads",
+    "nccl-tuning": "NCCL's fastest algorithm and protocol per size from --algo nccl:ALGO/PROTO runs or nccl-tests "
+                   "logs, as the CSV file of NCCL's example tuner plugin",
     "bound": "what compiled 2-rank rings and trees reach against a memory copy (no MPI)",
     "treebuild": "how long building the matched trees takes for 64-16384 ranks",
     "lab": "the network lab: namespaces with shaped links on one machine (root)",
@@ -116,9 +121,11 @@ def build_parser():
                            "tuning table in ALLREDUCE_TUNING_FILE, else the model), native (MPI_Allreduce through "
                            "our entry point) and the baselines mpi "
                            "(native MPI_Allreduce; mpi:NAME: the library's own algorithm NAME, one per run: with "
-                           f"MPICH {','.join(MENU)}, with Open MPI {','.join(OPEN_MPI.menu)}), nccl (NCCL, --device gpu) and gloo (PyTorch's "
+                           f"MPICH {','.join(MENU)}, with Open MPI {','.join(OPEN_MPI.menu)}), nccl (NCCL, --device gpu; nccl:ALGO/PROTO: "
+                           f"NCCL told its algorithm ({','.join(NCCL_ALGORITHMS)}) and protocol ({','.join(NCCL_PROTOCOLS)}), "
+                           "one pair per run) and gloo (PyTorch's "
                            "torch.distributed on CPU tensors, when torch is installed), or all (ours and "
-                           "every MPI and NCCL baseline that can run here; gloo, auto, native and mpi:NAME only by name); bamtree and kmtree build their trees, and bamring its ring order, from "
+                           "every MPI and NCCL baseline that can run here; gloo, auto, native, mpi:NAME and nccl:ALGO/PROTO only by name); bamtree and kmtree build their trees, and bamring its ring order, from "
                            "--topology, or from a probe the driver runs first when it is not given; hier (hierarchical: within "
                            "nodes, then across) takes its nodes from ALLREDUCE_NODE_MAP or shared memory, "
                            "and with ALLREDUCE_HIER_ACROSS=bamtree its tree across nodes from --topology too")
@@ -238,12 +245,13 @@ def parse_args(argv):
     cuda_aware = args.device != "gpu" or algorithms.mpi_is_cuda_aware()
     if args.algo == "all":  # the baselines that can run here; gloo (PyTorch, optional), auto and native by name
         args.algos = [a for a in known if (a != "nccl" or args.device == "gpu") and (a != "mpi" or cuda_aware)
-                      and a not in BY_NAME and not a.startswith("mpi:")]
+                      and a not in BY_NAME and not a.startswith(("mpi:", "nccl:"))]
     else:
         args.algos = [a for a in args.algo.split(",") if a]
     unknown = [a for a in args.algos if a not in known]
     if unknown:
-        p.error(f"unknown --algo {','.join(unknown)} for {spec.name}; choices: {','.join(known)},all")
+        shown = dict.fromkeys("nccl:ALGO/PROTO" if a.startswith("nccl:") else a for a in known)
+        p.error(f"unknown --algo {','.join(unknown)} for {spec.name}; choices: {','.join(shown)},all")
     mpich = [a for a in args.algos if a.startswith("mpi:")]
     if mpich:
         from .mpi_menu import current_library
@@ -254,8 +262,14 @@ def parse_args(argv):
         if len(set(mpich)) > 1 or os.environ.get(library.variable) != library.menu[mpich[0][4:]]:
             p.error(f"--algo {','.join(mpich)}: one mpi:NAME per run, through python -m bench, which sets "
                     f"{library.variable} before MPI starts")
-    if "nccl" in args.algos and args.device != "gpu":
-        p.error("--algo nccl needs --device gpu")
+    forced = [a for a in args.algos if a.startswith("nccl:")]
+    if forced and (len(set(forced)) > 1 or "nccl" in args.algos
+                   or any(os.environ.get(k) != v for k, v in nccl_environment(forced[0]).items())):
+        p.error(f"--algo {','.join(dict.fromkeys(['nccl', *forced] if 'nccl' in args.algos else forced))}: one "
+                "nccl:ALGO/PROTO per run, alone among the NCCL runs, through python -m bench, which sets NCCL_ALGO "
+                "and NCCL_PROTO before NCCL starts")
+    if ("nccl" in args.algos or forced) and args.device != "gpu":
+        p.error(f"--algo {'nccl' if 'nccl' in args.algos else forced[0]} needs --device gpu")
     if "gloo" in args.algos and args.device != "cpu":
         p.error("--algo gloo runs on CPU tensors: it needs --device cpu")
     if "mpi" in args.algos and not cuda_aware:

@@ -191,10 +191,10 @@ BAD = [
     (["-b", "6", "-e", "6", "-d", "float"], "size 6 is not a multiple of 4 bytes (float32)"),
     (["--algo", "ring,butterfly"], "unknown --algo butterfly for allreduce; choices: ps,ring,bamring,tree,bamtree,kmtree,dbtree,rd,hier,oneshot,native,auto,mpi,"
      "mpi:recursive_doubling,mpi:recursive_multiplying,mpi:reduce_scatter_allgather,mpi:tree,mpi:recexch,mpi:ring,"
-     "mpi:k_reduce_scatter_allgather,nccl,gloo,all"),
+     "mpi:k_reduce_scatter_allgather,nccl,nccl:ALGO/PROTO,gloo,all"),
     (["--algo", "nccl"], "--algo nccl needs --device gpu"),
     (["--device", "gpu", "--algo", "mpi"], "--device gpu: no GPU to run on, rank 0"),  # before CUDA-awareness
-    (["--collective", "allgather", "--algo", "tree"], "unknown --algo tree for allgather; choices: ring,mpi,nccl,all"),
+    (["--collective", "allgather", "--algo", "tree"], "unknown --algo tree for allgather; choices: ring,mpi,nccl,nccl:ALGO/PROTO,all"),
     (["-I", "1", "-K", "20"], "-K 20 skips every one of the 20 iterations"),
     (["-R", "2"], "-R 2 does not apply here: 2 is NCCL's symmetric registration"),
     (["-R", "1", "--device", "gpu"], "-R 1 needs --device cpu: registered vectors are host memory"),

@@ -284,7 +284,7 @@ def test_every_flag_has_help_without_internal_references():
 
 
 @pytest.mark.parametrize("name", ["compare", "model", "plot", "scaling", "perf", "bound", "treebuild", "lab", "tune",
-                                  "mpi-tuning"])
+                                  "mpi-tuning", "nccl-tuning"])
 def test_every_subcommand_has_its_own_help(name):
     from bench.options import SUBCOMMANDS
 

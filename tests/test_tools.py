@@ -17,7 +17,7 @@ MODELLED = ["ps", "ring", "bamring", "tree", "bamtree", "kmtree", "dbtree", "rd"
 ALGORITHMS = ["ps", "ring", "bamring", "tree", "bamtree", "kmtree", "dbtree", "rd", "hier", "oneshot", "mpi"]
 HELP_FILES = ["bench/compare.py", "bench/model.py", "bench/plot.py", "bench/scaling.py", "bench/bound.py",
               "bench/perf.py", "bench/treebuild.py", "bench/lab/__main__.py", "bench/gpu_check.py", "bench/tune.py",
-              "bench/mpi_menu.py"]
+              "bench/mpi_menu.py", "bench/nccl_menu.py"]
 
 
 @pytest.fixture(scope="module")
@@ -266,7 +266,8 @@ def test_every_flag_has_help_that_states_its_default(path):
 
 HELP_COMMANDS = [["bench", "compare"], ["bench", "model"], ["bench", "plot"], ["bench", "scaling"],
                  ["bench", "bound"], ["bench.perf"], ["bench.treebuild"], ["bench.lab"], ["bench.lab", "up"],
-                 ["bench.lab", "run"], ["bench.gpu_check"], ["bench", "tune"], ["bench", "mpi-tuning"]]
+                 ["bench.lab", "run"], ["bench.gpu_check"], ["bench", "tune"], ["bench", "mpi-tuning"],
+                 ["bench", "nccl-tuning"]]
 
 
 @pytest.mark.parametrize("command", HELP_COMMANDS, ids=" ".join)

@@ -85,7 +85,7 @@ def shapes():
                       probe_mode="each"),  # pairs alone: two at once across racks would share an uplink
         "slownic": dict(description=f"4 nodes x 2 ranks, NICs {NIC_MBIT:g} Mbit/s but node 2's {NIC_MBIT / 4:g}",
                         rates=_full(4, NIC_MBIT), ranks_per_node=2, nic_mbit=degraded, degraded_nic=2,
-                        sizes=[8 * MIB], algos=NODE_ALGOS, iters=2),  # 4x slower than the others
+                        sizes=[8 * MIB], algos=NODE_ALGOS),
     }
 
 
@@ -192,8 +192,11 @@ def with_uplinks(probed, shape):
 
 
 def _bench(lab, algos, sizes, probe_file, results_file, env=None, iters=ITERS):
+    """Each call timed alone (``-z 1``: a barrier after it, inside the time), as the model
+    takes it: back to back, a call's last transfers overlap the next call's first (the
+    parameter server's answers and the next uploads use the two directions of the root's NIC)."""
     _in_lab(lab, ["-m", "bench", "-b", str(min(sizes)), "-e", str(max(sizes)), "-f", "2", "-n", str(iters),
-                  "-w", str(WARMUP), "-c", "1", "--algo", ",".join(algos), "--topology", probe_file,
+                  "-w", str(WARMUP), "-z", "1", "-c", "1", "--algo", ",".join(algos), "--topology", probe_file,
                   "-J", results_file, "--log", "none", "--quiet"], timeout=900, env=env)
     return read_results(results_file)
 
@@ -367,7 +370,8 @@ def summary_markdown(records, machine, seconds):
              f"Links: veth pairs on bridges, HTB per ordered pair of namespaces (goodput {network.GOODPUT:.3f} x rate), "
              "NICs as HTB parents over them (egress) and on the bridge side (ingress), racks on bridges of "
              "their own joined by shaped uplinks; MPICH over libfabric tcp between namespaces, shared memory "
-             "within one. Model: the port-aware model (bench model) from the probe; limit = what binds "
+             "within one. Each call timed alone (`-z 1`: a barrier after every call, inside the time). "
+             "Model: the port-aware model (bench model) from the probe; limit = what binds "
              "in it. Plot: [busbw.png](busbw.png), measured beside modelled at each shape's largest size; "
              "what misses and why: [notes.md](notes.md).", ""]
     for rec in records:
