@@ -81,14 +81,19 @@ def library_of(version):
     return MPICH if version.startswith("MPICH") else OPEN_MPI if version.startswith("Open MPI") else None
 
 
-def requested(argv):
-    """The NAMEs of the ``mpi:NAME`` entries of ``--algo`` in ``argv``, in order."""
+def algo_entries(argv, prefix):
+    """The entries of ``--algo`` in ``argv`` that start with ``prefix``, in order."""
     names = []
     for i, arg in enumerate(argv):
         value = argv[i + 1] if arg == "--algo" and i + 1 < len(argv) else arg[7:] if arg.startswith("--algo=") else None
         if value:
-            names += [a[len(PREFIX):] for a in value.split(",") if a.startswith(PREFIX)]
+            names += [a for a in value.split(",") if a.startswith(prefix)]
     return names
+
+
+def requested(argv):
+    """The NAMEs of the ``mpi:NAME`` entries of ``--algo`` in ``argv``, in order."""
+    return [a[len(PREFIX):] for a in algo_entries(argv, PREFIX)]
 
 
 def environment_for(argv, env):

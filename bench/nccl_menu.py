@@ -34,6 +34,8 @@ import os
 import re
 import sys
 
+from .mpi_menu import algo_entries
+
 PREFIX = "nccl:"
 #: the tuner CSV's algorithm names -> NCCL_ALGO's, in NCCL's order (NCCL_ALGO_TREE = 0 ...)
 ALGORITHMS = {"tree": "Tree", "ring": "Ring", "collnet_direct": "CollNetDirect", "collnet_chain": "CollNetChain",
@@ -65,19 +67,9 @@ def environment(name):
     return {"NCCL_ALGO": ALGORITHMS[algorithm], "NCCL_PROTO": PROTOCOLS[protocol]}
 
 
-def requested(argv):
-    """The ``nccl:...`` entries of ``--algo`` in ``argv``, in order."""
-    names = []
-    for i, arg in enumerate(argv):
-        value = argv[i + 1] if arg == "--algo" and i + 1 < len(argv) else arg[7:] if arg.startswith("--algo=") else None
-        if value:
-            names += [a for a in value.split(",") if a.startswith(PREFIX)]
-    return names
-
-
 def environment_for(argv, env):
     """The variables a run of ``argv`` needs, set before NCCL starts, or a problem in words."""
-    names = requested(argv)
+    names = algo_entries(argv, PREFIX)
     if not names:
         return {}
     unknown = [n for n in names if n not in NAMES]
