@@ -3,7 +3,10 @@
 # user created at or after SINCE (seconds since the epoch) and that no live process maps.
 # MPICH leaves them (about 1 MiB a rank) whenever a job ends abnormally (an abort, a signal, a
 # time limit); the job scripts run this when they exit. Ranks still on their way out may map
-# such a file for a moment: it waits up to WAIT seconds (default 10) for them. Prints what it
+# such a file for a moment: when every process that maps it carries this job's tag
+# (CLEAN_SHM_TAG=T in its environment, as jobs/lib.sh exports for the ranks it starts), the
+# file is removed at once, since unlinking does not disturb a process that maps it; a file
+# mapped by any other process is waited for, up to WAIT seconds (default 10). Prints what it
 # removed.
 set -uo pipefail
 since=${1:?usage: clean-shm.sh SINCE_EPOCH_SECONDS [WAIT_SECONDS]}
@@ -17,19 +20,31 @@ candidates() {  # ours, made since SINCE
   done
 }
 
-mapped() { grep -qsF -- "$1" /proc/[0-9]*/maps; }
+tag=${CLEAN_SHM_TAG:-}
+
+# busy FILE: true when a process outside this job (one without our tag) maps FILE.
+busy() {
+  local maps environ
+  for maps in $(grep -lsF -- "$1" /proc/[0-9]*/maps); do
+    environ=${maps%/maps}/environ
+    if [ -z "$tag" ] || ! tr '\0' '\n' <"$environ" 2>/dev/null | grep -qxF -- "CLEAN_SHM_TAG=$tag"; then
+      return 0
+    fi
+  done
+  return 1
+}
 
 deadline=$((SECONDS + wait_s))
 while :; do
-  busy=0
+  waiting=0
   while read -r file; do
-    if mapped "$file"; then
-      busy=1
+    if busy "$file"; then
+      waiting=1
     else
       rm -f -- "$file" && echo "clean-shm: removed $file"
     fi
   done < <(candidates)
-  if [ "$busy" = 0 ] || [ "$SECONDS" -ge "$deadline" ]; then
+  if [ "$waiting" = 0 ] || [ "$SECONDS" -ge "$deadline" ]; then
     break
   fi
   sleep 0.5

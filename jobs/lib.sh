@@ -27,8 +27,11 @@ cd "$repo" || exit 2
 
 # When the script exits, however it ends (a failed step, Ctrl-C, scancel, a time limit), remove
 # the /dev/shm/mpich_shm_* files MPICH left behind since it started and no live process maps,
-# on every node of the allocation (jobs/clean-shm.sh).
+# on every node of the allocation (jobs/clean-shm.sh). The ranks carry this job's tag, so files
+# that only our own ranks, still on their way out, map go too: a time limit's SIGKILL follows
+# its SIGTERM within seconds (Slurm's KillWait), too soon to wait for them.
 job_started=$(date +%s)
+export CLEAN_SHM_TAG="$(hostname)-$$-$job_started"
 clean_shm() {
   "$repo/jobs/clean-shm.sh" "$job_started" >&2
   if [ "${SLURM_JOB_NUM_NODES:-1}" -gt 1 ]; then

@@ -466,6 +466,35 @@ def test_the_clean_up_leaves_the_files_of_a_running_job_alone(tmp_path):
     job.kill()
 
 
+def test_the_clean_up_removes_at_once_what_only_this_jobs_ranks_map():
+    """A time limit's SIGKILL follows its SIGTERM within seconds: a file that only processes with
+    this job's tag still map goes at once, and one that another process maps stays."""
+    holder = ("import mmap, os, sys, time\n"
+              "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600); os.ftruncate(fd, 4096)\n"
+              "view = mmap.mmap(fd, 4096); print('mapped', flush=True); time.sleep(60)\n")
+    name = f"/dev/shm/mpich_shm_test{os.getpid()}_0"
+    clean = [str(ROOT / "jobs" / "clean-shm.sh"), str(int(time.time()) - 1), "0"]
+    proc = subprocess.Popen([sys.executable, "-c", holder, name], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "CLEAN_SHM_TAG": "job-a"})
+    try:
+        assert proc.stdout.readline().strip() == "mapped"
+        other = subprocess.run(clean, env={**os.environ, "CLEAN_SHM_TAG": "job-b"}, capture_output=True, text=True,
+                               timeout=60)
+        assert os.path.exists(name), other.stderr  # mapped by a process of another job: left alone
+        untagged = subprocess.run(clean, env={k: v for k, v in os.environ.items() if k != "CLEAN_SHM_TAG"},
+                                  capture_output=True, text=True, timeout=60)
+        assert os.path.exists(name), untagged.stderr
+        ours = subprocess.run(clean, env={**os.environ, "CLEAN_SHM_TAG": "job-a"}, capture_output=True, text=True,
+                              timeout=60)
+        assert not os.path.exists(name) and f"clean-shm: removed {name}" in ours.stdout, ours.stdout + ours.stderr
+        assert proc.poll() is None  # the process that maps it runs on, undisturbed
+    finally:
+        proc.kill()
+        proc.wait()
+        if os.path.exists(name):
+            os.unlink(name)
+
+
 def test_the_job_scripts_remove_the_shared_memory_an_aborted_run_leaves(tmp_path):
     before = shm_files()
     job = Job(tmp_path, [*SHORT, "-T", "1e-6", "--log", "none"])
