@@ -25,12 +25,12 @@ tag=${CLEAN_SHM_TAG:-}
 # busy FILE: true when a process outside this job (one without our tag) maps FILE.
 busy() {
   local maps environ
-  for maps in $(grep -lsF -- "$1" /proc/[0-9]*/maps); do
+  while read -r maps; do
     environ=${maps%/maps}/environ
     if [ -z "$tag" ] || ! tr '\0' '\n' <"$environ" 2>/dev/null | grep -qxF -- "CLEAN_SHM_TAG=$tag"; then
       return 0
     fi
-  done
+  done < <(grep -lsF -- "$1" /proc/[0-9]*/maps)
   return 1
 }
 

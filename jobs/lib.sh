@@ -31,7 +31,8 @@ cd "$repo" || exit 2
 # that only our own ranks, still on their way out, map go too: a time limit's SIGKILL follows
 # its SIGTERM within seconds (Slurm's KillWait), too soon to wait for them.
 job_started=$(date +%s)
-export CLEAN_SHM_TAG="$(hostname)-$$-$job_started"
+CLEAN_SHM_TAG="$(hostname)-$$-$job_started"
+export CLEAN_SHM_TAG
 clean_shm() {
   "$repo/jobs/clean-shm.sh" "$job_started" >&2
   if [ "${SLURM_JOB_NUM_NODES:-1}" -gt 1 ]; then
