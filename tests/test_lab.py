@@ -3,6 +3,7 @@ over TCP between them. Needs root and 'ip netns'; skips with the reason otherwis
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -233,9 +234,12 @@ def test_a_node_shape_up_and_down_leaves_nothing_behind():
         assert shape["uplink_mbit"] == [[200, 200], [200, 200]]  # 2 nodes x 200 / 2
         assert shape["nic_mbit"] == [[200, 200]] * 3 + [[50, 50]]
         assert shape["rates_mbit"][0][1] == shape["rates_mbit"][1][0] == 100
-        for dev in (f"{tag}-u0", f"{tag}-c1", f"{tag}-h3"):
+        # each shared cap (node 3's ingress, rack 0's uplink out, rack 1's uplink in) over one class per sender
+        for dev, senders in ((f"{tag}-u0", [0, 1]), (f"{tag}-c1", [0, 1]), (f"{tag}-h3", [0, 1, 2])):
             classes = subprocess.run(["tc", "class", "show", "dev", dev], capture_output=True, text=True).stdout
             assert "class htb 1:2 " in classes, (dev, classes)
+            children = sorted(re.findall(r"class htb (1:[0-9a-f]+) parent 1:2 ", classes))
+            assert children == [f"1:{j + 16:x}" for j in senders], (dev, classes)
         egress = subprocess.run(["ip", "netns", "exec", f"{tag}-ns3", "tc", "class", "show", "dev", f"{tag}-v3"],
                                 capture_output=True, text=True).stdout
         assert "class htb 1:2 root" in egress and "class htb 1:10 parent 1:2" in egress and "ceil 50Mbit" in egress
