@@ -121,7 +121,9 @@ def test_the_small_lab_finds_the_links_and_the_matched_tree_wins(tmp_path):
     runs = {r["algorithm"]: r for r in record["runs"]}
     assert set(runs) == {"bamtree", "kmtree", "tree", "ring", "bamring", "ps"}
     assert all(r["wrong"] == 0 for r in runs.values())
-    assert record["ring"]["order"] == [0, 1, 2, 3]  # no other ring order has a faster slowest link here
+    # No other cycle has a faster slowest link here; its links are symmetric, so the probe's noise
+    # alone picks the direction.
+    assert record["ring"]["order"] in ([0, 1, 2, 3], [0, 3, 2, 1]), record["ring"]
     bound = record["lower_bound"][0]
     assert bound["bytes"] == SUITE_BYTES and all(r["x_bound"] >= 0.95 for r in runs.values()), (bound, runs)
     trees = record["trees"]
@@ -145,6 +147,9 @@ def test_two_nodes_of_two_ranks_probe_report_hier_and_the_model(tmp_path):
     assert len(record["ports"]) == 4 and max(abs(p["error"]) for p in record["ports"]) <= 0.10, record["ports"]
     assert max(abs(link["error"]) for link in record["links"]) <= 0.10, record["links"]
     assert [f for f in record["report"] if f["scope"] == "inter-node"] == []
+    if 4 > len(os.sched_getaffinity(0)):  # oversubscribed: the links within the nodes are not judged
+        assert record["report"] == [], record["report"]
+        assert [(m["nodes"], m["ranks"]) for m in record["not_judged"]] == [([0, 1], 4)], record["not_judged"]
     runs = {r["algorithm"]: r for r in record["runs"]}
     assert set(runs) == {"hier", "hier-bamtree", "ring", "tree", "ps"} and all(r["wrong"] == 0 for r in runs.values())
     # the bound: M through each NIC, hier's own volume, which it comes close to (the bound is of

@@ -2,6 +2,7 @@
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -43,6 +44,9 @@ def test_probe_writes_a_valid_matrix(tmp_path, ranks, mode, rounds):
     assert matrix.nodes == [0] * ranks and matrix.ports is None and matrix.measured["ports"] is None
     assert matrix.measured["rounds_within_nodes"] == rounds and matrix.measured["rounds_between_nodes"] == 0
     assert "ports" not in proc.stderr and "nodes" not in proc.stderr
+    # one machine: every rank, the cores they may run on (mpiexec binds nothing here)
+    assert matrix.measured["machines"] == [{"ranks": list(range(ranks)), "hosts": [socket.gethostname()],
+                                            "cores": len(os.sched_getaffinity(0))}]
 
 
 def test_probe_sees_two_nodes_of_two_ranks(tmp_path):

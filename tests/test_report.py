@@ -127,6 +127,41 @@ def test_links_within_nodes_are_compared_among_themselves():
     assert kinds(found) == ["slow_node"] and found[0]["scope"] == "intra-node" and found[0]["node"] == 3
 
 
+def test_links_within_an_oversubscribed_machine_are_not_judged():
+    """The probe's ``machines``: where ranks outnumbered their machine's cores, the links within
+    its nodes are not judged (and the report says so); other machines' still are, and links
+    between nodes always are."""
+    noisy = cluster(ranks=3)
+    noisy.bandwidth[0, 1] = 20.0  # slow one way within node 0
+    noisy.bandwidth[7, 6] = 30.0  # within node 2
+    noisy.bandwidth[node_block(noisy, 1, 3)] = 3.0  # a slow pair of nodes
+    assert kinds(findings(noisy)) == ["slow_link", "slow_link", "slow_link"]
+    shared = BandwidthMatrix(noisy.bandwidth, noisy.latency, noisy.hosts,
+                             {"machines": [{"ranks": list(range(12)), "hosts": noisy.hosts, "cores": 2}]},
+                             noisy.nodes, noisy.ports)
+    found = findings(shared)
+    assert [(f["kind"], f["scope"], f["nodes"]) for f in found] == [("slow_link", "inter-node", [1, 3])]
+    text = lines(shared, found, "shared.json")
+    assert text[-1] == ("not judged: the links within nodes 0, 1, 2, 3: 12 ranks shared 2 cores of one machine "
+                        "when probed, so their shared-memory figures measure how the cores were shared, not the links")
+    # two machines: the first (nodes 0 and 1) had a core per rank, the second did not
+    split = BandwidthMatrix(noisy.bandwidth, noisy.latency, noisy.hosts,
+                            {"machines": [{"ranks": list(range(6)), "cores": 8},
+                                          {"ranks": list(range(6, 12)), "cores": 4}]},
+                            noisy.nodes, noisy.ports)
+    found = findings(split)
+    assert sorted((f["scope"], f["ranks"][0]) for f in found) == [("inter-node", 3), ("intra-node", 0)]
+    assert lines(split, found)[-1].startswith("not judged: the links within nodes 2, 3: 6 ranks shared 4 cores")
+    healthy = BandwidthMatrix(cluster().bandwidth, cluster().latency, cluster().hosts,
+                              {"machines": [{"ranks": list(range(8)), "cores": 2}]}, cluster().nodes, cluster().ports)
+    assert lines(healthy, [])[-1].startswith("no findings: every other link within 0.7x")
+    # a file whose machines do not name its ranks is judged in full
+    wrong = BandwidthMatrix(noisy.bandwidth, noisy.latency, noisy.hosts,
+                            {"machines": [{"ranks": [0, 99], "cores": 1}, {"ranks": "all", "cores": 1}]},
+                            noisy.nodes, noisy.ports)
+    assert len(findings(wrong)) == 3
+
+
 def test_two_nodes_blame_a_link_not_a_node():
     matrix = cluster(nodes=2)
     matrix.bandwidth[node_block(matrix, 0, 1)] = 3.0

@@ -65,7 +65,8 @@ def main(argv=None):
     where.add_argument("--no-heatmap", action="store_true", help="write no PNG")
     r.add_argument("--json", action="store_true",
                    help="print one JSON object instead of text: the figures compared with, the options and "
-                        "'findings', a list of objects with kind, node or nodes and ranks, value_GBps, ratio")
+                        "'findings', a list of objects with kind, node or nodes and ranks, value_GBps, ratio; "
+                        "'not_judged', the nodes whose links within ran on more ranks than cores")
     args = parser.parse_args(argv)
 
     if args.command == "probe":
@@ -122,7 +123,8 @@ def report_command(args):
             return 2
     if args.json:
         data = {"file": args.matrix, **report.summary(matrix), "threshold": args.threshold,
-                "asymmetry": args.asymmetry, "heatmap": path, "findings": found}
+                "asymmetry": args.asymmetry, "heatmap": path, "findings": found,
+                "not_judged": report.oversubscribed(matrix)}
         print(json.dumps(data, indent=1))
     else:
         print("\n".join(report.lines(matrix, found, args.matrix, args.threshold, args.asymmetry)))

@@ -96,7 +96,8 @@ class BandwidthMatrix:
         racks: the network between the nodes."""
         lead = self.leaders()
         return BandwidthMatrix(self.bandwidth[np.ix_(lead, lead)], self.latency[np.ix_(lead, lead)],
-                               [self.hosts[r] for r in lead], dict(self.measured), None, self.ports,
+                               [self.hosts[r] for r in lead],
+                               {k: v for k, v in self.measured.items() if k != "machines"}, None, self.ports,
                                self.racks, self.uplinks)
 
     def port_capacity(self):

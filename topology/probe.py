@@ -28,7 +28,10 @@ made 8 MiB in 1 ns, 8 PB/s); likewise b -> a.
 No figure is taken on trust. A pair whose bandwidth in one direction is more than
 :data:`DISAGREE` times off the other direction, or off the median of its rank's row, or
 whose latency is that far above its row's, is measured :data:`RETRIES` more times, alone,
-and the median of its measurements kept. A bandwidth above what the hosts' own memory
+and the median of its measurements kept. The machines under the ranks and their cores
+(:func:`machines`) are stored in ``measured["machines"]``: where ranks outnumber their
+machine's cores, their shared-memory figures are noise, and the health report says so instead
+of judging them. A bandwidth above what the hosts' own memory
 copies reach (:func:`copy_bandwidth`, one lone copy per host: no message moves faster than
 a copy of it) is impossible: it is stored as that copy bandwidth, flagged in
 ``measured["flagged"]`` and said on stderr. The checks against the reverse direction and
@@ -178,6 +181,27 @@ def node_schedule(nodes, mode="rounds"):
     return within, between
 
 
+def machines(comm):
+    """The machines under ``comm``'s ranks, on every rank: a list of ``{"ranks", "hosts",
+    "cores"}``, one per running kernel (its ``boot_id``, which every network or UTS namespace of
+    one machine shares; the host name where there is none), ``cores`` the CPUs its ranks may run
+    on together (the union of their affinities). More ranks than cores is an oversubscribed
+    machine: its shared-memory figures measure how the cores were shared, not the links."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            kernel = f.read().strip()
+    except OSError:
+        kernel = socket.gethostname()
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    found = {}
+    for rank, (key, host, mine) in enumerate(comm.allgather((kernel, socket.gethostname(), cpus))):
+        machine = found.setdefault(key, {"ranks": [], "hosts": [], "cpus": set()})
+        machine["ranks"].append(rank)
+        machine["hosts"] += [] if host in machine["hosts"] else [host]
+        machine["cpus"] |= set(mine)
+    return [{"ranks": m["ranks"], "hosts": m["hosts"], "cores": len(m["cpus"])} for m in found.values()]
+
+
 def copy_bandwidth(comm, nbytes, least=10, seconds=0.05):
     """Bytes per second of the fastest lone copy of ``nbytes`` on each host: a user-space
     copy (``numpy.copyto``) or the kernel's (``process_vm_readv``, MPI's single-copy path,
@@ -284,6 +308,7 @@ def probe(comm=None, nbytes=8 << 20, reps=5, warmup=2, mode="rounds", progress=N
             progress(f"probe: {size} ranks on {count} nodes: {len(within)} rounds within nodes, "
                      f"{len(between)} between their leaders, then {2 * count} port measurements")
         copies = copy_bandwidth(comm, nbytes)
+        sharing = machines(comm)
         comm.Barrier()
         samples = {pair: [m] for pair, m in _run_schedule(comm, schedule, payload, reps, warmup, progress).items()}
         bandwidth, latency = _matrices(size, samples, nodes)
@@ -329,6 +354,7 @@ def probe(comm=None, nbytes=8 << 20, reps=5, warmup=2, mode="rounds", progress=N
             "rounds_between_nodes": len(between),
             "seconds": round(elapsed, 3),
             "copy_GBps": {host: round(value / 1e9, 3) for host, value in copies.items()},
+            "machines": sharing,
             "remeasured": [list(pair) for pair in again],
             "flagged": flagged,
             "ports": port_record,

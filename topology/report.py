@@ -21,6 +21,9 @@
   within a node), naming the slow directions.
 * **asymmetric link**: a -> b and b -> a more than f apart, unless a slow node or NIC at
   either end explains the slower direction, or it is a slow link already.
+* **not judged**: the links within a node whose machine had more ranks than cores when it was
+  probed (``measured["machines"]``, written by the probe): shared memory moves at the speed of
+  the cores, so those figures measure how the cores were shared, not the links.
 
 :func:`findings` returns them as dicts, worst first within each kind; :func:`summary` the
 figures they were measured against; :func:`lines` the text ``report`` prints.
@@ -92,6 +95,26 @@ def summary(matrix):
     }
 
 
+def oversubscribed(matrix):
+    """The nodes whose links within are not judged: ``[{"nodes", "ranks", "cores", "hosts"}]``,
+    one per machine of ``measured["machines"]`` with more ranks than cores and a node of
+    several ranks on it (entries that do not name this matrix's ranks are ignored)."""
+    matrix = as_matrix(matrix)
+    found = []
+    for machine in matrix.measured.get("machines") or []:
+        try:
+            ranks, cores = [int(r) for r in machine["ranks"]], int(machine["cores"])
+        except (TypeError, KeyError, ValueError):
+            continue
+        if not ranks or min(ranks) < 0 or max(ranks) >= matrix.size or len(ranks) <= cores:
+            continue
+        nodes = sorted({matrix.nodes[r] for r in ranks if matrix.nodes.count(matrix.nodes[r]) > 1})
+        if nodes:
+            found.append({"nodes": nodes, "ranks": len(ranks), "cores": cores,
+                          "hosts": [str(h) for h in machine.get("hosts") or []]})
+    return found
+
+
 def findings(matrix, threshold=THRESHOLD, asymmetry=ASYMMETRY):
     """The health findings of ``matrix`` (a :class:`BandwidthMatrix`, an array or a file path),
     by the rules in the module's docstring: a list of dicts, each with ``kind`` (one of
@@ -145,7 +168,8 @@ def findings(matrix, threshold=THRESHOLD, asymmetry=ASYMMETRY):
 
     # slow nodes within: a node's own links against the other nodes' own links
     slow_inside = np.zeros(count, bool)
-    multi = [k for k in range(count) if len(groups[k]) > 1]
+    unjudged = {k for machine in oversubscribed(matrix) for k in machine["nodes"]}
+    multi = [k for k in range(count) if len(groups[k]) > 1 and k not in unjudged]
     if len(multi) >= 2:
         for k in multi:
             mine = _off_diagonal(matrix.bandwidth[np.ix_(groups[k], groups[k])])
@@ -248,6 +272,15 @@ class _Labels:
         return f" (within node {k}, host {self.host(k)})" if scope == "intra-node" else ""
 
 
+def not_judged_text(machine):
+    """The line that says which nodes' links within were not judged, and why."""
+    nodes = machine["nodes"]
+    which = f"node {nodes[0]}" if len(nodes) == 1 else "nodes " + ", ".join(map(str, nodes))
+    return (f"not judged: the links within {which}: {machine['ranks']} ranks shared {machine['cores']} "
+            f"core{'s' if machine['cores'] != 1 else ''} of one machine when probed, so their shared-memory "
+            "figures measure how the cores were shared, not the links")
+
+
 def lines(matrix, found, name="matrix", threshold=THRESHOLD, asymmetry=ASYMMETRY):
     """The text of ``report``: a header line, then one line per finding, or one saying there are none."""
     figures = summary(matrix)
@@ -263,9 +296,11 @@ def lines(matrix, found, name="matrix", threshold=THRESHOLD, asymmetry=ASYMMETRY
                  if ports else "no ports in the file")
     out = ["; ".join(parts)]
     out += [f["text"] for f in found]
+    out += [not_judged_text(machine) for machine in oversubscribed(matrix)]
     if not found:
         ports_too = ", every port within it of the median port" if ports else ""
-        out.append(f"no findings: every link within {threshold:g}x of the median of its kind{ports_too}, "
+        judged = "every other" if oversubscribed(matrix) else "every"
+        out.append(f"no findings: {judged} link within {threshold:g}x of the median of its kind{ports_too}, "
                    f"none more than {asymmetry:g}x asymmetric")
     return out
 

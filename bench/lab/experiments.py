@@ -29,7 +29,7 @@ import numpy as np
 from topology import BandwidthMatrix, build_tree, random_heterogeneous, seed_example
 from topology.files import write_json_atomically, write_text_atomically
 from topology.probe import PERCENTILE
-from topology.report import findings, heatmap
+from topology.report import findings, heatmap, not_judged_text, oversubscribed
 from topology.rings import ring_bottleneck
 
 from ..machine import describe
@@ -245,7 +245,8 @@ def run_topology(name, shape, workdir, out, tag, owner=None, sizes=None, probe_b
               "shape": lab.shape(), "goodput_factor": network.GOODPUT,
               "probe": {"bytes": probe_bytes, "reps": PROBE_REPS, "warmup": PROBE_WARMUP, "matrix": probed.to_json()},
               "links": links, "ports": ports, "htb": htb, "trees": trees, "ring": ring_summary(model, algos),
-              "lower_bound": list(bounds.values()), "report": found, "runs": runs}
+              "lower_bound": list(bounds.values()), "report": found, "not_judged": oversubscribed(probed),
+              "runs": runs}
     record["targets"] = targets(shape, record)
     return record
 
@@ -316,32 +317,24 @@ def targets(shape, record):
     if "degraded_nic" in shape:
         checks += degraded_checks(shape["degraded_nic"], record, by, sizes)
     elif shape.get("ranks_per_node", 1) > 1:
-        between = network_findings(record["report"])
-        checks.append({"target": "the health report flags nothing between the nodes of a healthy shape",
-                       "measured": "; ".join(f["text"] for f in between) or "nothing flagged",
-                       "holds": not between})
+        found = record["report"]
+        checks.append({"target": "the health report flags nothing on a healthy shape",
+                       "measured": "; ".join(f["text"] for f in found) or "nothing flagged",
+                       "holds": not found})
     checks.append({"target": "every result correct (#wrong 0)", "measured": str(sum(r["wrong"] for r in runs)),
                    "holds": all(r["wrong"] == 0 for r in runs)})
     return [{**c, "holds": bool(c["holds"])} for c in checks]
-
-
-def network_findings(report):
-    """The health report's findings about the network between the nodes. Within a node the
-    lab's ranks outnumber the cores (8 ranks on 2), so the shared-memory figures of its pairs
-    move by up to 1.5x from one measurement to the next, and the report's findings about them
-    say so: they are listed in the summary, not judged."""
-    return [f for f in report if f.get("scope") != "intra-node"]
 
 
 def degraded_checks(node, record, by, sizes):
     """On a degraded NIC: the report names it (and nothing else); the BAM tree of the node
     matrix keeps it a leaf; where the model says that tree pays against the ring and hier's
     ring, the measurement agrees."""
-    between = network_findings(record["report"])
-    named = [f for f in between if f.get("node") == node]
-    checks = [{"target": f"the health report names node {node}'s NIC and nothing else between the nodes",
-               "measured": "; ".join(f["text"] for f in between) or "nothing flagged",
-               "holds": any(f["kind"] == "slow_nic" for f in named) and len(named) == len(between)}]
+    found = record["report"]
+    named = [f for f in found if f.get("node") == node]
+    checks = [{"target": f"the health report names node {node}'s NIC and nothing else",
+               "measured": "; ".join(f["text"] for f in found) or "nothing flagged",
+               "holds": any(f["kind"] == "slow_nic" for f in named) and len(named) == len(found)}]
     tree = record["trees"].get(HIER_BAM)
     if tree:
         edges = [pair for level in tree["levels"] for pair in level if node in pair]
@@ -382,7 +375,8 @@ def summary_markdown(records, machine, seconds):
                   + (f"; NICs: worst {max(abs(p['error']) for p in rec['ports']):.1%}" if rec["ports"] else "")
                   + f". HTB counters: {'every shaped class carried the probe' if rec['htb']['ok'] else 'classes short: ' + str(rec['htb']['classes_short'])}.",
                   "", "Health report (`python -m topology report`): "
-                  + ("; ".join(f["text"] for f in rec["report"]) if rec["report"] else "no findings") + "."
+                  + ("; ".join(f["text"] for f in rec["report"]) if rec["report"] else "no findings")
+                  + "".join(f"; {not_judged_text(m)}" for m in rec.get("not_judged", [])) + "."
                   + f" Heatmap: [{rec['name']}-heatmap.png]({rec['name']}-heatmap.png).", ""]
         if rec["trees"]:
             lines += ["| tree (from the probe) | levels | per-level bottleneck (Mbit/s) |", "|---|---|---|"]
