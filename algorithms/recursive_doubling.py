@@ -42,27 +42,47 @@ def _plan(count, itemsize, n, rank):
     return cuts, pair, sits_out, tuple(steps)
 
 
+def _bound(coll, count, dtype):
+    """:func:`_plan` with each power-of-two step's exchanges bound (:meth:`Collective.exchange`),
+    made once per shape (:meth:`Collective.plan`): ``(cuts, pair, sits_out, pieces, steps)``,
+    ``pieces`` each segment's slice (None for the whole vector) and scratch view, ``steps``
+    ``(exchanges, lower)`` with one bound exchange per piece."""
+    cuts, pair, sits_out, steps = _plan(count, dtype.itemsize, coll.size, coll.rank)
+    if sits_out:
+        return cuts, pair, sits_out, (), ()
+    incoming = coll.scratch(dtype, cuts[1], "rd-in")
+    if len(cuts) == 2:
+        pieces = ((None, incoming),)
+    else:
+        pieces = tuple((slice(lo, hi), incoming[: hi - lo]) for lo, hi in zip(cuts, cuts[1:]))
+    lengths = [hi - lo for lo, hi in zip(cuts, cuts[1:])]
+    bound = tuple((tuple(coll.exchange(dtype, n, partner, n, partner) for n in lengths), lower)
+                  for partner, lower in steps)
+    return cuts, pair, sits_out, pieces, bound
+
+
 def allreduce(coll, sendbuf, recvbuf):
     if coll.size == 1:
         coll.start_in(sendbuf, recvbuf)
         return
-    cuts, pair, sits_out, steps = _plan(recvbuf.size, recvbuf.itemsize, coll.size, coll.rank)
+    cuts, pair, sits_out, pieces, steps = coll.plan(_bound, recvbuf.size, recvbuf.dtype)
     if sits_out:
         for k in range(len(cuts) - 1):
             coll.send(sendbuf[cuts[k]:cuts[k + 1]], pair)
         coll.recv(recvbuf, pair)
         return
     combine = coll.combine
-    incoming_all = coll.scratch(recvbuf.dtype, cuts[1], "rd-in")
     current = sendbuf  # what this rank holds: its input until it first combines into recvbuf
     if pair is not None:
-        for mine, out, theirs in _pieces(current, recvbuf, incoming_all, cuts):
+        for cut, theirs in pieces:
+            mine, out = (current, recvbuf) if cut is None else (current[cut], recvbuf[cut])
             coll.recv(theirs, pair)
             combine(theirs, mine, out=out)
         current = recvbuf
-    for partner, lower in steps:
-        for mine, out, theirs in _pieces(current, recvbuf, incoming_all, cuts):
-            coll.sendrecv(mine, partner, theirs, partner)
+    for exchanges, lower in steps:
+        for (cut, theirs), exchange in zip(pieces, exchanges):
+            mine, out = (current, recvbuf) if cut is None else (current[cut], recvbuf[cut])
+            exchange(mine, theirs)
             if lower:
                 combine(theirs, mine, out=out)
             else:
@@ -70,12 +90,3 @@ def allreduce(coll, sendbuf, recvbuf):
         current = recvbuf
     if pair is not None:
         coll.send(recvbuf, pair)
-
-
-def _pieces(current, recvbuf, incoming_all, cuts):
-    """Each segment of ``current`` (what this rank holds), of ``recvbuf`` (where its
-    combination goes) and the scratch view of the same length it is combined with (the
-    whole buffers, without making views, when there is one segment)."""
-    if len(cuts) == 2:
-        return ((current, recvbuf, incoming_all),)
-    return ((current[lo:hi], recvbuf[lo:hi], incoming_all[: hi - lo]) for lo, hi in zip(cuts, cuts[1:]))

@@ -708,8 +708,12 @@ class SharedMemoryTransport:
         ``general(sendbuf, acc, out)`` as :meth:`sendrecv_combine`) bound to that shape, like
         an MPI persistent request. Where both messages go through the slots as one piece, the
         route and the slots' views are found here, once, and each call only checks that
-        nothing is pending and the slot is free (else ``general``); otherwise ``general``."""
-        peers = self._slot_peers(send_count * dtype.itemsize, dest, recv_count * dtype.itemsize, source)
+        nothing is pending and the slot is free (else ``general``); both under :attr:`min_bytes`
+        (on the host), :meth:`_bind_small`; otherwise ``general``."""
+        send_bytes, recv_bytes = send_count * dtype.itemsize, recv_count * dtype.itemsize
+        if send_bytes < self.min_bytes and recv_bytes < self.min_bytes and self.host:
+            return self._bind_small(dtype, dest, recv_count, source, combine, general)
+        peers = self._slot_peers(send_bytes, dest, recv_bytes, source)
         if peers is None:
             return general
         (out, into), box, pending, copyto = peers, self.box, self.pending, self.xp.copyto
@@ -729,6 +733,27 @@ class SharedMemoryTransport:
                     return general(sendbuf, acc, result)
                 combine(acc, swap(out, out_views, sendbuf, into, in_views), out=result)
                 release(into)
+        return exchange
+
+    def _bind_small(self, dtype, dest, recv_count, source, combine, general):
+        """:meth:`bind_exchange` for two host messages under :attr:`min_bytes`: one
+        ``MPI_Sendrecv``, the route :meth:`sendrecv` takes for them, with nothing pending
+        (else ``general``); a reducing one receives into a vector of its own, made here."""
+        sendrecv, pending, byte = self.comm.Sendrecv, self.pending, MPI.BYTE
+        if combine is None:
+            def exchange(sendbuf, recvbuf):
+                if pending:
+                    return general(sendbuf, recvbuf)
+                sendrecv([sendbuf, byte], dest, TAG, [recvbuf, byte], source, TAG)
+            return exchange
+        incoming = np.empty(recv_count, dtype)
+        into = [incoming, byte]
+
+        def exchange(sendbuf, acc, out):
+            if pending:
+                return general(sendbuf, acc, out)
+            sendrecv([sendbuf, byte], dest, TAG, into, source, TAG)
+            combine(acc, incoming, out=out)
         return exchange
 
     def recv_combine(self, acc, source, out, combine):
