@@ -100,6 +100,7 @@ def oversubscribed(matrix):
     one per machine of ``measured["machines"]`` with more ranks than cores and a node of
     several ranks on it (entries that do not name this matrix's ranks are ignored)."""
     matrix = as_matrix(matrix)
+    sizes = [len(g) for g in _groups(matrix)]
     found = []
     for machine in matrix.measured.get("machines") or []:
         try:
@@ -108,7 +109,7 @@ def oversubscribed(matrix):
             continue
         if not ranks or min(ranks) < 0 or max(ranks) >= matrix.size or len(ranks) <= cores:
             continue
-        nodes = sorted({matrix.nodes[r] for r in ranks if matrix.nodes.count(matrix.nodes[r]) > 1})
+        nodes = sorted({matrix.nodes[r] for r in ranks if sizes[matrix.nodes[r]] > 1})
         if nodes:
             found.append({"nodes": nodes, "ranks": len(ranks), "cores": cores,
                           "hosts": [str(h) for h in machine.get("hosts") or []]})
@@ -296,10 +297,11 @@ def lines(matrix, found, name="matrix", threshold=THRESHOLD, asymmetry=ASYMMETRY
                  if ports else "no ports in the file")
     out = ["; ".join(parts)]
     out += [f["text"] for f in found]
-    out += [not_judged_text(machine) for machine in oversubscribed(matrix)]
+    unjudged = oversubscribed(matrix)
+    out += [not_judged_text(machine) for machine in unjudged]
     if not found:
         ports_too = ", every port within it of the median port" if ports else ""
-        judged = "every other" if oversubscribed(matrix) else "every"
+        judged = "every other" if unjudged else "every"
         out.append(f"no findings: {judged} link within {threshold:g}x of the median of its kind{ports_too}, "
                    f"none more than {asymmetry:g}x asymmetric")
     return out
