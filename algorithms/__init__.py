@@ -7,6 +7,8 @@
   matched from link bandwidths, ``bandwidth=``), ``"dbtree"`` (two binary trees),
   ``"rd"`` (recursive doubling), ``"hier"`` (within nodes, then across them) and
   ``"bamring"`` (the ring in the order whose slowest link is fastest, ``bandwidth=``).
+* ``allreduce_init(sendbuf, recvbuf=None, ...)``: the same, persistent (MPI 4's
+  ``MPI_Allreduce_init``): checked once, then each call of what it returns runs it.
 * ``reduce_scatter`` and ``all_gather``: the two halves of the ring, on their
   own; chunk layout from ``chunk_offsets``.
 * ``alloc_registered(count, dtype)`` / ``free_registered(vector)``: vectors in the
@@ -17,8 +19,8 @@
   any rank ends every rank within seconds (:mod:`.ending`).
 """
 
-from .collectives import (alloc_registered, all_gather, allreduce, free_registered, reduce_scatter,
-                          transport_in_use)
+from .collectives import (PersistentAllreduce, alloc_registered, all_gather, allreduce, allreduce_init,
+                          free_registered, reduce_scatter, transport_in_use)
 from .ending import run_together
 from .executor import WORKSPACE
 from .ops import DTYPES, OPS
@@ -34,7 +36,7 @@ def free_workspace():
 
 __all__ = [
     "ALGORITHMS", "DTYPES", "OPS",
-    "allreduce", "reduce_scatter", "all_gather",
+    "allreduce", "allreduce_init", "PersistentAllreduce", "reduce_scatter", "all_gather",
     "alloc_registered", "free_registered", "chunk_offsets", "free_workspace", "mpi_is_cuda_aware", "needs_bandwidth",
     "run_together", "transport_in_use",
 ]

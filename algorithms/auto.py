@@ -18,6 +18,7 @@ nothing of native MPI's, so it never picks it), with alpha per message step and 
 :func:`choice` says what a call of a size would run, and why.
 """
 
+import functools
 import json
 import math
 from collections import Counter
@@ -152,6 +153,18 @@ def choice(nbytes, dtype="float32", comm=None, device=False, op="sum"):
     return private.resource("auto", Choices).choose(device, np.dtype(dtype).name, int(nbytes), op)
 
 
+def bind(coll, count, dtype):
+    """``run(sendbuf, recvbuf)`` for vectors of ``count`` elements of ``dtype``: what the
+    algorithm chosen for them binds (:meth:`executor.Collective.runner`), so a repeat pays
+    nothing for the choice."""
+    run = coll.private.resource("auto", Choices).pick(coll.xp, dtype, count * dtype.itemsize, coll.op)
+    bind_chosen = getattr(run, "bind", None)
+    return functools.partial(run, coll) if bind_chosen is None else bind_chosen(coll, count, dtype)
+
+
 def allreduce(coll, sendbuf, recvbuf):
     choices = coll.private.resources.get("auto") or coll.private.resource("auto", Choices)
     choices.pick(coll.xp, sendbuf.dtype, sendbuf.nbytes, coll.op)(coll, sendbuf, recvbuf)
+
+
+allreduce.bind = bind

@@ -19,6 +19,8 @@ from .registered import Registry
 from .registry import ALGORITHMS
 
 _KINDS = ("allreduce", "reduce_scatter", "all_gather")
+_NDARRAY, _WORLD = np.ndarray, MPI.COMM_WORLD
+RUNNERS = 256  # common-case calls kept per communicator, by shape (each keeps its plan and views)
 _TREELESS = {name: run for name, run in ALGORITHMS.items()  # those that can run without a tree or plan
              if not hasattr(run, "tree_method") and not getattr(run, "needs_plan", False)}
 
@@ -36,39 +38,76 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None, c
     ``ALLREDUCE_HIER_ACROSS=bamtree``.
     Returns the result buffer.
     """
+    if type(recvbuf) is _NDARRAY and type(sendbuf) is _NDARRAY and tree is None and bandwidth is None:
+        # a repeat of a common-case call (see _common_case) on the last communicator: its runner,
+        # kept by shape, after the checks that the shape alone does not settle
+        private = LAST_USED[1] if (_WORLD if comm is None else comm) is LAST_USED[0] else None
+        if private is not None:
+            dtype, size = sendbuf.dtype, sendbuf.size
+            try:
+                bound = private.runners.get((algorithm, op, dtype, size))
+            except TypeError:  # an unhashable op or algorithm: the full validation says what is wrong
+                bound = None
+            if (bound is not None and recvbuf.dtype is dtype and recvbuf.size == size
+                    and sendbuf.strides == bound[1] and recvbuf.strides == bound[1] and recvbuf.flags.writeable
+                    and recvbuf is not sendbuf
+                    and (sendbuf.base is None and recvbuf.base is None or not overlaps(sendbuf, recvbuf))):
+                if check:
+                    agree(private.comm, "allreduce", None, bound[2], _describe)
+                bound[0](sendbuf, recvbuf)
+                return recvbuf
     run = _common_case(sendbuf, recvbuf, op, algorithm, tree, bandwidth)
     if run is not None:
         private = _private("allreduce", comm)
-        if check:
-            agree(private.comm, "allreduce", None, _fields("allreduce", sendbuf.size, sendbuf, op, algorithm, None),
-                  _describe)
+        key = (algorithm, op, sendbuf.dtype, sendbuf.size)
+        if key in private.runners:  # kept already (a call on another communicator came between)
+            key = None
+        if check or key is not None:
+            fields = _fields("allreduce", sendbuf.size, sendbuf, op, algorithm, None)
+            if check:
+                agree(private.comm, "allreduce", None, fields, _describe)
         coll, result, plan = private.contexts.get((np, op)) or private.collective(np, op), recvbuf, None
     else:
-        def validate(rank, size):
-            result = _result_buffer(sendbuf, recvbuf, sendbuf.size)
-            check_op_dtype(op, sendbuf.dtype)
-            run = ALGORITHMS.get(algorithm)
-            if run is None:
-                raise ValueError(f"unknown algorithm {algorithm!r}; choices: {', '.join(ALGORITHMS)}")
-            method = getattr(run, "tree_method", None)
-            if method is None:
-                prepare = getattr(run, "prepare", None)
-                if prepare is not None:  # checks tree= and bandwidth= itself; what it returns is passed on
-                    return result, sendbuf.size, prepare(size, tree, bandwidth, algorithm)
-                if tree is not None or bandwidth is not None:
-                    raise ValueError(f"algorithm {algorithm!r} takes no tree or bandwidth")
-                return result, sendbuf.size, None
-            return result, sendbuf.size, tree_for(method, size, tree, bandwidth, algorithm)
-
-        coll, result, plan = _prepare("allreduce", sendbuf, op, algorithm, comm, check, validate)
-        run = ALGORITHMS[algorithm]
+        coll, result, plan = _prepare("allreduce", sendbuf, op, algorithm, comm, check,
+                                      _allreduce_validation(sendbuf, recvbuf, op, algorithm, tree, bandwidth))
+        run, key = ALGORITHMS[algorithm], None
     if plan is not None:
         run(coll, sendbuf, result, plan)
     else:
         run(coll, sendbuf, result)
     if op == "avg":
         coll.finish(result)
+    if key is not None:  # a common-case call of a new shape: its runner kept for the repeats
+        if len(private.runners) >= RUNNERS:
+            private.runners.clear()
+        private.runners[key] = (coll.runner(run, sendbuf.size, sendbuf.dtype), (sendbuf.itemsize,), fields)
     return result
+
+
+def allreduce_init(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None, tree=None, bandwidth=None):
+    """A persistent all-reduce, as MPI 4's ``MPI_Allreduce_init``: the arguments of
+    :func:`allreduce` checked, and agreed on by every rank, once, here (collective); the
+    returned :class:`PersistentAllreduce`, called, reduces the two vectors' current contents
+    into ``recvbuf`` with nothing checked again. The vectors must keep their shape, dtype and
+    memory while it is in use, and every rank calls it in the same order as its other collectives."""
+    coll, result, plan = _prepare("allreduce", sendbuf, op, algorithm, comm, True,
+                                  _allreduce_validation(sendbuf, recvbuf, op, algorithm, tree, bandwidth))
+    return PersistentAllreduce(sendbuf, result, coll.runner(ALGORITHMS[algorithm], sendbuf.size, sendbuf.dtype, plan))
+
+
+class PersistentAllreduce:
+    """An all-reduce bound to its vectors (:func:`allreduce_init`); calling it runs it and
+    returns ``recvbuf``. About 1.5 us less per 2-rank call than :func:`allreduce`, whose every
+    call checks its vectors."""
+
+    __slots__ = ("sendbuf", "recvbuf", "_run")
+
+    def __init__(self, sendbuf, recvbuf, run):
+        self.sendbuf, self.recvbuf, self._run = sendbuf, recvbuf, run
+
+    def __call__(self):
+        self._run(self.sendbuf, self.recvbuf)
+        return self.recvbuf
 
 
 def reduce_scatter(sendbuf, recvbuf=None, *, op="sum", comm=None, check=True):
@@ -163,6 +202,26 @@ def free_registered(vector, comm=None):
     agree(private.comm, "free_registered", problem, {**dict.fromkeys(FIELDS, 0), "count": index},
           lambda field, value: f"the vector of alloc_registered call {value}")
     registry.unregister(index)
+
+
+def _allreduce_validation(sendbuf, recvbuf, op, algorithm, tree, bandwidth):
+    """The ``validate(rank, size)`` of :func:`_prepare` for an all-reduce."""
+    def validate(rank, size):
+        result = _result_buffer(sendbuf, recvbuf, sendbuf.size)
+        check_op_dtype(op, sendbuf.dtype)
+        run = ALGORITHMS.get(algorithm)
+        if run is None:
+            raise ValueError(f"unknown algorithm {algorithm!r}; choices: {', '.join(ALGORITHMS)}")
+        method = getattr(run, "tree_method", None)
+        if method is None:
+            prepare = getattr(run, "prepare", None)
+            if prepare is not None:  # checks tree= and bandwidth= itself; what it returns is passed on
+                return result, sendbuf.size, prepare(size, tree, bandwidth, algorithm)
+            if tree is not None or bandwidth is not None:
+                raise ValueError(f"algorithm {algorithm!r} takes no tree or bandwidth")
+            return result, sendbuf.size, None
+        return result, sendbuf.size, tree_for(method, size, tree, bandwidth, algorithm)
+    return validate
 
 
 def _result_buffer(sendbuf, recvbuf, count):

@@ -103,7 +103,7 @@ class Private:
     reused by every later call: one transport per array module, one :class:`Collective`
     context per module and op, and shared resources such as the node's shared window."""
 
-    __slots__ = ("comm", "rank", "size", "contexts", "transports", "resources")
+    __slots__ = ("comm", "rank", "size", "contexts", "transports", "resources", "runners")
 
     def __init__(self, comm):
         try:
@@ -116,6 +116,7 @@ class Private:
         self.contexts = {}
         self.transports = {}
         self.resources = {}
+        self.runners = {}  # the entry point's bound calls by shape (collectives.allreduce)
         _LIVE.append(self)
 
     def collective(self, xp, op):
@@ -149,6 +150,7 @@ class Private:
         self.resources.clear()
         self.transports.clear()
         self.contexts.clear()
+        self.runners.clear()
 
     def free(self):
         self.free_resources()
@@ -264,6 +266,27 @@ class Collective:
                 self._plans.clear()
             steps = self._plans[key] = build(self, *shape)
         return steps
+
+    def runner(self, run, count, dtype, plan=None):
+        """``runner(sendbuf, recvbuf)``: algorithm ``run`` on vectors of ``count`` elements of
+        ``dtype`` in this context (and on ``plan``, what its ``prepare`` or tree method made),
+        with what every such call repeats done once: the algorithm's ``run.bind(self, count,
+        dtype)`` where it has one, else ``run`` itself; ``avg``'s division included. What a bind
+        needs built collectively it finds built by an earlier call, or leaves to the first call."""
+        bind = getattr(run, "bind", None)
+        if plan is not None:
+            def bound(sendbuf, recvbuf):
+                run(self, sendbuf, recvbuf, plan)
+        else:
+            bound = functools.partial(run, self) if bind is None else bind(self, count, dtype)
+        if self.op != "avg" or self.size == 1:
+            return bound
+        finish = self.finish
+
+        def averaged(sendbuf, recvbuf):
+            bound(sendbuf, recvbuf)
+            finish(recvbuf)
+        return averaged
 
     def _recv_combine_from_scratch(self, acc, source, out, combine):
         incoming = self.scratch(acc.dtype, acc.size, "combine-in")

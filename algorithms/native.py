@@ -7,6 +7,8 @@ divides. Device buffers go to a CUDA-aware MPI as they are (the stream synchroni
 to any other MPI through host copies.
 """
 
+import functools
+
 import numpy as np
 from mpi4py import MPI
 
@@ -28,3 +30,17 @@ def allreduce(coll, sendbuf, recvbuf):
     host = coll.xp.asnumpy(sendbuf)
     coll.comm.Allreduce(MPI.IN_PLACE, host, op=op)
     recvbuf.set(host)
+
+
+def bind(coll, count, dtype):
+    """``run(sendbuf, recvbuf)``: ``MPI_Allreduce`` itself on host vectors, else :func:`allreduce`."""
+    if coll.xp is not np:
+        return functools.partial(allreduce, coll)
+    mpi_allreduce, op, in_place = coll.comm.Allreduce, MPI_OPS[coll.op], MPI.IN_PLACE
+
+    def run(sendbuf, recvbuf):
+        mpi_allreduce(in_place if recvbuf is sendbuf else sendbuf, recvbuf, op)
+    return run
+
+
+allreduce.bind = bind

@@ -20,6 +20,7 @@ reads every other rank's buffer, (N-1) M per rank, so it pays only for small vec
 ranks span nodes, or for CuPy buffers, it is recursive doubling (:mod:`.recursive_doubling`).
 """
 
+import functools
 import os
 import platform
 
@@ -119,6 +120,20 @@ def _wait(counter, calls):
             os.sched_yield()
 
 
+def bind(coll, count, dtype):
+    """``run(sendbuf, recvbuf)`` for vectors of ``count`` elements of ``dtype``: where they fit
+    one buffer of the node's window, its round itself; otherwise :func:`allreduce`."""
+    window = coll.private.resources.get("oneshot")  # made by the first call (collective)
+    if (window is None or not window.usable or coll.xp is not np or coll.size == 1
+            or count * dtype.itemsize > window.capacity):
+        return functools.partial(allreduce, coll)
+    one_round, combine = window.round_for(dtype, count), coll.combine
+
+    def run(sendbuf, recvbuf):
+        one_round(sendbuf, recvbuf, combine)
+    return run
+
+
 def allreduce(coll, sendbuf, recvbuf):
     window = coll.private.resources.get("oneshot")
     if window is not None and coll.xp is np:  # the common case first: a vector of one piece, seen before
@@ -140,3 +155,6 @@ def allreduce(coll, sendbuf, recvbuf):
     for lo in range(0, sendbuf.size, step):
         piece = sendbuf[lo:lo + step]
         window.round_for(piece.dtype, piece.size)(piece, recvbuf[lo:lo + step], coll.combine)
+
+
+allreduce.bind = bind

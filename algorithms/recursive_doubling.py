@@ -61,32 +61,58 @@ def _bound(coll, count, dtype):
     return cuts, pair, sits_out, pieces, bound
 
 
-def allreduce(coll, sendbuf, recvbuf):
+def bind(coll, count, dtype):
+    """``run(sendbuf, recvbuf)`` for vectors of ``count`` elements of ``dtype``, its steps bound
+    (:func:`_bound`); where nothing sits out and the vector is one segment (N a power of two,
+    the short messages this algorithm is for), only the exchanges and combinations are left."""
     if coll.size == 1:
-        coll.start_in(sendbuf, recvbuf)
-        return
-    cuts, pair, sits_out, pieces, steps = coll.plan(_bound, recvbuf.size, recvbuf.dtype)
+        return coll.start_in
+    cuts, pair, sits_out, pieces, steps = coll.plan(_bound, count, dtype)
+    send, recv, combine = coll.send, coll.recv, coll.combine
     if sits_out:
-        for k in range(len(cuts) - 1):
-            coll.send(sendbuf[cuts[k]:cuts[k + 1]], pair)
-        coll.recv(recvbuf, pair)
-        return
-    combine = coll.combine
-    current = sendbuf  # what this rank holds: its input until it first combines into recvbuf
-    if pair is not None:
-        for cut, theirs in pieces:
-            mine, out = (current, recvbuf) if cut is None else (current[cut], recvbuf[cut])
-            coll.recv(theirs, pair)
-            combine(theirs, mine, out=out)
-        current = recvbuf
-    for exchanges, lower in steps:
-        for (cut, theirs), exchange in zip(pieces, exchanges):
-            mine, out = (current, recvbuf) if cut is None else (current[cut], recvbuf[cut])
-            exchange(mine, theirs)
-            if lower:
+        def run(sendbuf, recvbuf):
+            for k in range(len(cuts) - 1):
+                send(sendbuf[cuts[k]:cuts[k + 1]], pair)
+            recv(recvbuf, pair)
+        return run
+    if pair is None and len(pieces) == 1:
+        theirs, exchanges = pieces[0][1], tuple((exchange, lower) for (exchange,), lower in steps)
+
+        def run(sendbuf, recvbuf):
+            current = sendbuf  # its input until it first combines into recvbuf
+            for exchange, lower in exchanges:
+                exchange(current, theirs)
+                if lower:
+                    combine(theirs, current, out=recvbuf)
+                else:
+                    combine(current, theirs, out=recvbuf)
+                current = recvbuf
+        return run
+
+    def run(sendbuf, recvbuf):
+        current = sendbuf
+        if pair is not None:
+            for cut, theirs in pieces:
+                mine, out = (current, recvbuf) if cut is None else (current[cut], recvbuf[cut])
+                recv(theirs, pair)
                 combine(theirs, mine, out=out)
-            else:
-                combine(mine, theirs, out=out)
-        current = recvbuf
-    if pair is not None:
-        coll.send(recvbuf, pair)
+            current = recvbuf
+        for exchanges, lower in steps:
+            for (cut, theirs), exchange in zip(pieces, exchanges):
+                mine, out = (current, recvbuf) if cut is None else (current[cut], recvbuf[cut])
+                exchange(mine, theirs)
+                if lower:
+                    combine(theirs, mine, out=out)
+                else:
+                    combine(mine, theirs, out=out)
+            current = recvbuf
+        if pair is not None:
+            send(recvbuf, pair)
+    return run
+
+
+def allreduce(coll, sendbuf, recvbuf):
+    coll.plan(bind, recvbuf.size, recvbuf.dtype)(sendbuf, recvbuf)
+
+
+allreduce.bind = bind

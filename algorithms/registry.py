@@ -6,7 +6,9 @@ built by that ``topology.build_tree`` method unless the caller passes one. A fun
 a ``prepare(size, tree, bandwidth, name)`` attribute checks those arguments itself, and what
 it returns, unless None, is passed on as a fourth argument (with a ``digest()`` the ranks agree on);
 its ``needs_bandwidth()``, when it has one, says whether it needs ``bandwidth=`` as things stand,
-and ``needs_plan`` that it never runs without what ``prepare`` returns.
+and ``needs_plan`` that it never runs without what ``prepare`` returns. A ``bind(coll, count, dtype)``
+attribute returns ``run(sendbuf, recvbuf)`` for vectors of that shape with what every such call
+repeats done once; the entry point keeps one per shape and calls it on the repeats.
 """
 
 from . import auto, bamring, double_tree, hier, native, oneshot, ps, recursive_doubling, ring, tree

@@ -8,10 +8,11 @@ ratio to native, and a single-process ``numpy.copyto`` of the same size (the phy
 reference; beside it the same copy by every rank at once, which shares the caches and
 memory bus as the all-reduce's ranks do), timed in turn with the all-reduces on the
 same vectors; where PyTorch is installed, its gloo all-reduce (:mod:`bench.gloo`) among
-them. Also the 8-byte latency against native, the
-per-call Python overhead (our call on a one-rank communicator, where nothing
-moves, minus a bare copy), whether steady-state calls allocate (tracemalloc), and
-each rank's peak memory (VmHWM, measured first) against send + receive + one chunk
+them. Also the 8-byte latency against native, the per-call Python overhead (our call
+on a one-rank communicator, where nothing moves, minus a bare copy), the Python cost of an
+8-byte call over its bare ``MPI_Sendrecv`` exchanges (2 ranks; rd and the ring also
+persistent, ``algorithms.allreduce_init``), whether steady-state calls allocate
+(tracemalloc), and each rank's peak memory (VmHWM, measured first) against send + receive + one chunk
 of workspace + 64 MiB of interpreter.
 Writes ``results/perf-cpu.json`` and ``results/perf-cpu.md`` (rank 0, atomically); the
 Markdown ends with ``results/perf-cpu-notes.md`` when it exists (the analysis of the misses).
@@ -47,6 +48,7 @@ MIB = 1 << 20
 #: half the Python cost of a small call over its bare MPI_Sendrecv exchanges before the one-shot
 #: work (rd 3.3 us, ring 5.8 us at 8 B on 2 ranks, bench perf of 2026-12-01)
 HALVED_COST_US = {"rd": 1.65, "ring": 2.9}
+PERSISTENT = ("rd", "ring")  # also timed at 8 B on 2 ranks bound once, as "<algo>_persistent"
 GLOO_ITERS = 20  # gloo's calls take 0.6 ms and more: 20 of them time it well
 
 
@@ -136,6 +138,8 @@ def measure_sizes(comm, registered, sizes, repeats, factor, gloo=None):
         if nbytes == 8 and comm.Get_size() == 2:  # the bare exchange the per-call costs are counted over
             peer, incoming = 1 - comm.Get_rank(), np.empty_like(x)
             calls["sendrecv"] = lambda: comm.Sendrecv(x, peer, 0, incoming, peer, 0)
+            for algo in PERSISTENT:  # checked once (algorithms.allreduce_init), beside the calls checked each time
+                calls[f"{algo}_persistent"] = algorithms.allreduce_init(x, y, algorithm=algo, comm=comm)
         if gloo is not None:
             calls["gloo"] = functools.partial(gloo, x, y)
         rx, ry = (algorithms.alloc_registered(count, np.float32, comm=registered) for _ in range(2))
@@ -275,6 +279,8 @@ def main(argv=None):
                 "gloo": gloo.description if gloo else None, "auto": auto_reason,
                 "oversubscribed": n > (os.cpu_count() or 1), "rows": rows, **overhead,
                 "steady_state_python_bytes": allocation, "peak_memory": memory}
+        if any("sendrecv_s" in row for row in rows):
+            data["persistent_cost_us"] = persistent_costs(runs)
         data["targets"] = targets(data, runs)
         data["runs"] = [{"rows": run, "targets": targets(data, [run])} for run in runs]
         write_json_atomically(args.output + ".json", data)
@@ -297,6 +303,15 @@ def gloo_baseline(comm):
     if any(comm.allgather(problem())):
         return None
     return GlooBaseline(comm)
+
+
+def persistent_costs(sweeps):
+    """Per algorithm of :data:`PERSISTENT`, the median over ``sweeps`` (lists of rows) of its
+    persistent call's time at 8 B less its bare exchanges (rd one, the ring two), in us."""
+    runs = [{r["bytes"]: r for r in rows}[8] for rows in sweeps]
+    return {algo: round(statistics.median((run[f"{algo}_persistent_s"] - exchanges * run["sendrecv_s"]) * 1e6
+                                          for run in runs), 2)
+            for algo, exchanges in zip(PERSISTENT, (1, 2))}
 
 
 def targets(data, sweeps=None):
@@ -419,8 +434,11 @@ def markdown(data):
     lines += ["", f"auto: {data.get('auto')}. oneshot: every rank posts its vector in shared memory and "
               "reduces all of them itself (one synchronisation); native: MPI_Allreduce through our entry point."]
     if exchange is not None:
+        persistent = data.get("persistent_cost_us") or {}
         lines += ["", f"A bare 8-byte MPI_Sendrecv: {exchange * 1e6:.2f} us, timed in turn with the others; "
-                  "a small call's Python cost is its time less its bare exchanges (rd one, ring two on 2 ranks)."]
+                  "a small call's Python cost is its time less its bare exchanges (rd one, ring two on 2 ranks). "
+                  "The same, persistent (`algorithms.allreduce_init`: checked once, then only run): "
+                  + ", ".join(f"{algo} {cost:.2f} us" for algo, cost in persistent.items()) + "."]
     lines += ["", f"Per-call Python overhead (8 B on a one-rank communicator, minus a bare copy): "
               f"{data['per_call_overhead_us']:.2f} us. Steady state over calls 51-100 on 256 KiB "
               f"(bytes retained, the same over calls 1-50, largest transient): {data['steady_state_python_bytes']}. Peak memory per rank with {memory['vector_bytes'] // MIB} MiB "

@@ -353,6 +353,9 @@ def test_perf_benchmark_writes_every_target(tmp_path):
                       for run in data["runs"])[1]
         found = [t for name, t in targets.items() if name.startswith(f"{algo}'s Python cost over its {exchanges}")]
         assert len(found) == 1 and found[0]["worst"] == round(cost, 2), (found, cost)
+        persistent = sorted((run["rows"][0][f"{algo}_persistent_s"] - exchanges * run["rows"][0]["sendrecv_s"]) * 1e6
+                            for run in data["runs"])[1]
+        assert data["persistent_cost_us"][algo] == round(persistent, 2), (data["persistent_cost_us"], persistent)
     ratios = {size: sorted(run["rows"][i]["ring_busbw"] / run["rows"][i]["native_busbw"] for run in data["runs"])[1]
               for i, size in enumerate((8, 32768, 65536))}  # each sweep's own ratio, median over sweeps
     worst = min((ratios[32768], 32768), (ratios[65536], 65536))

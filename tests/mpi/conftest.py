@@ -71,9 +71,12 @@ def wrong_elements(result, expected):
     return int(np.count_nonzero(result.view(width) != expected.view(width)))
 
 
-def counts_for(size):
-    """0, 1, N-1, N, N+1, a prime, and about a million (a prime too)."""
-    return sorted({0, 1, max(size - 1, 0), size, size + 1, 1009, 1_000_003})
+LARGE_COUNT = 1_000_003  # about a million, a prime: several segments and uneven chunks
+
+
+def counts_for(size, large=True):
+    """0, 1, N-1, N, N+1, a prime, and (when ``large``) :data:`LARGE_COUNT`."""
+    return sorted({0, 1, max(size - 1, 0), size, size + 1, 1009, *([LARGE_COUNT] if large else [])})
 
 
 def options(algorithm, size):

@@ -181,6 +181,47 @@ def test_one_rank_asks_avg_of_integers(comm):
                       lambda: algorithms.allreduce(np.ones(4, dtype), op="avg"))
 
 
+def _bad_recvbufs():
+    """(error, message, recvbuf for x32()'s ten elements): what the full validation refuses."""
+    frozen = x32()
+    frozen.flags.writeable = False
+    return [(ValueError, "recvbuf is read-only", frozen),
+            (ValueError, "recvbuf must be contiguous", x32(20)[::2]),
+            (ValueError, r"recvbuf must be 1-D, got shape \(2, 5\)", x32().reshape(2, 5)),
+            (TypeError, "recvbuf dtype float64 differs from sendbuf dtype float32", np.zeros(10)),
+            (ValueError, "recvbuf has 9 elements, expected 10", x32(9))]
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "rd", "oneshot", "native", "auto"])
+def test_bad_buffers_after_a_good_call_of_their_shape(comm, algorithm):
+    """A repeat of a call's shape runs what the first call left bound (collectives.allreduce);
+    its checks refuse what the full validation refuses, with the same message, on one rank alone too,
+    with and without the agreement check."""
+    sendbuf = x32()
+    algorithms.allreduce(sendbuf, x32(), algorithm=algorithm)  # the good call of the shape
+    for error, message, recvbuf in _bad_recvbufs():
+        raises_everywhere(comm, error, message, lambda: algorithms.allreduce(sendbuf, recvbuf, algorithm=algorithm))
+        if comm.size > 1:
+            mine = recvbuf if comm.rank == 1 else x32()
+            raises_everywhere(comm, error, message + r".* \(on rank 1\)",
+                              lambda: algorithms.allreduce(sendbuf, mine, algorithm=algorithm))
+    shared = x32(20)
+    algorithms.allreduce(shared[:10], x32(), algorithm=algorithm, check=False)
+    with pytest.raises(ValueError, match="sendbuf and recvbuf overlap without being the same buffer"):
+        algorithms.allreduce(shared[:10], shared[5:15], algorithm=algorithm, check=False)
+    comm.Barrier()
+
+
+def test_persistent_allreduce_checks_once_on_every_rank(comm):
+    """allreduce_init refuses what allreduce refuses, on every rank, one rank's mistake included."""
+    for error, message, recvbuf in _bad_recvbufs():
+        raises_everywhere(comm, error, message, lambda: algorithms.allreduce_init(x32(), recvbuf, algorithm="rd"))
+    if comm.size > 1:
+        count = 10 if comm.rank else 11
+        raises_everywhere(comm, ValueError, "ranks disagree about count: 11 on rank 0",
+                          lambda: algorithms.allreduce_init(x32(count), algorithm="ring"))
+
+
 # ---- matched trees: the bandwidth matrix they are built from ----
 
 @pytest.mark.parametrize("algorithm", ["bamtree", "kmtree"])

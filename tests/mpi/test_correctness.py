@@ -1,6 +1,7 @@
 """Every algorithm against comm.Allreduce and a NumPy reference, bit for bit.
 
-All ops x all dtypes x in/out of place x counts 0, 1, N-1, N, N+1, a prime, ~1M.
+All ops x all dtypes x in/out of place x counts 0, 1, N-1, N, N+1, a prime, and ~1M (one
+dtype of each item size).
 """
 
 import numpy as np
@@ -10,12 +11,16 @@ from mpi4py import MPI
 import algorithms
 from algorithms import tree as tree_executor
 from algorithms.executor import private_comm
-from conftest import counts_for, native_reference, numpy_reference, options, rank_input, wrong_elements
+from conftest import LARGE_COUNT, counts_for, native_reference, numpy_reference, options, rank_input, wrong_elements
 from topology import Tree, binomial_tree
 
 pytestmark = pytest.mark.mpi
 
 DTYPES = [dt.name for dt in algorithms.DTYPES]
+#: the dtypes the large count runs on, one of each item size: what it tests beyond the small
+#: counts, the segments and chunks of a long vector, depends on the item size alone, and every
+#: dtype's arithmetic runs at the other counts (the large count was four fifths of the suite's time)
+LARGE_COUNT_DTYPES = ("int8", "float16", "float32", "float64")
 
 
 def ops_for(dtype):
@@ -25,7 +30,7 @@ def ops_for(dtype):
 def cases(comm, dtype):
     """(op, count, input, expected) for every op and count; expected checked against native MPI."""
     for op in ops_for(dtype):
-        for count in counts_for(comm.size):
+        for count in counts_for(comm.size, large=dtype in LARGE_COUNT_DTYPES):
             x = rank_input(dtype, op, count, comm.rank, comm.size)
             expected = numpy_reference(dtype, op, count, comm.size)
             native = native_reference(comm, x, op)
@@ -57,11 +62,69 @@ def test_allreduce_matches_references(comm, algorithm, dtype):
         bad = wrong_elements(inplace, expected)
         if bad or result is not inplace:
             failures.append(f"{op} n={count} in-place: {bad} wrong")
+        if count == LARGE_COUNT:
+            continue  # recvbuf is sendbuf: the same in-place call as above, which the entry point makes it
         same = x.copy()
         algorithms.allreduce(same, same, op=op, algorithm=algorithm, **extra)
         if wrong_elements(same, expected):
             failures.append(f"{op} n={count} recvbuf is sendbuf: wrong")
     assert not failures, f"rank {comm.rank}: " + "; ".join(failures)
+
+@pytest.mark.parametrize("algorithm", sorted(algorithms.ALGORITHMS))
+def test_repeated_calls_of_one_shape(comm, algorithm):
+    """A repeat of a call's shape runs what the first call left bound (collectives.allreduce keeps
+    a runner per shape; the ring keeps its slices of the last two vectors): right on a new
+    vector each time, on the same two vectors refilled, with their roles swapped, and with calls
+    of other ops between; the input untouched."""
+    extra, failures = options(algorithm, comm.size), []
+    for dtype in ("float32", "int64"):
+        for count in sorted({2, comm.size + 1, 1009}):
+            mine, theirs = np.empty(count, dtype), np.empty(count, dtype)
+            for turn in range(3):
+                for op in ops_for(dtype):
+                    x = rank_input(dtype, op, count, comm.rank, comm.size, salt=turn)
+                    expected = numpy_reference(dtype, op, count, comm.size, salt=turn)
+                    case = f"{dtype} n={count} {op} turn {turn}"
+                    out = algorithms.allreduce(x, np.full_like(x, 99), op=op, algorithm=algorithm, **extra)
+                    if wrong_elements(out, expected):
+                        failures.append(f"{case}: new recvbuf wrong")
+                    mine[:] = x
+                    algorithms.allreduce(mine, theirs, op=op, algorithm=algorithm, **extra)
+                    if wrong_elements(theirs, expected):
+                        failures.append(f"{case}: reused recvbuf wrong")
+                    theirs[:] = x
+                    algorithms.allreduce(theirs, mine, op=op, algorithm=algorithm, **extra)
+                    if wrong_elements(mine, expected):
+                        failures.append(f"{case}: swapped vectors wrong")
+                    if wrong_elements(x, rank_input(dtype, op, count, comm.rank, comm.size, salt=turn)):
+                        failures.append(f"{case}: sendbuf was modified")
+    assert not failures, f"rank {comm.rank}: " + "; ".join(failures[:8])
+
+
+@pytest.mark.parametrize("algorithm", sorted(algorithms.ALGORITHMS))
+def test_persistent_allreduce(comm, algorithm):
+    """``allreduce_init``: each call reduces the vectors' current contents (new ones every turn),
+    out of place and in place, every op; the input untouched."""
+    extra, failures = options(algorithm, comm.size), []
+    for dtype in ("float32", "int64"):
+        for count in sorted({1, comm.size + 1, 1009}):
+            for op in ops_for(dtype):
+                x, out, inplace = np.empty(count, dtype), np.empty(count, dtype), np.empty(count, dtype)
+                calls = (algorithms.allreduce_init(x, out, op=op, algorithm=algorithm, **extra),
+                         algorithms.allreduce_init(inplace, op=op, algorithm=algorithm, **extra))
+                for turn in range(3):
+                    mine = rank_input(dtype, op, count, comm.rank, comm.size, salt=turn)
+                    expected = numpy_reference(dtype, op, count, comm.size, salt=turn)
+                    x[:], inplace[:] = mine, mine
+                    case = f"{dtype} n={count} {op} turn {turn}"
+                    if calls[0]() is not out or wrong_elements(out, expected):
+                        failures.append(f"{case}: out of place wrong")
+                    if wrong_elements(x, mine):
+                        failures.append(f"{case}: sendbuf was modified")
+                    if calls[1]() is not inplace or wrong_elements(inplace, expected):
+                        failures.append(f"{case}: in place wrong")
+    assert not failures, f"rank {comm.rank}: " + "; ".join(failures[:8])
+
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -84,7 +147,7 @@ def test_reduce_scatter_matches_references(comm, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_all_gather_matches_native_allgatherv(comm, dtype):
     failures = []
-    for count in counts_for(comm.size):
+    for count in counts_for(comm.size, large=dtype in LARGE_COUNT_DTYPES):
         offsets = algorithms.chunk_offsets(count, comm.size)
         whole = rank_input(dtype, "max", count, 0, 1, salt=5)  # same vector on every rank
         chunk = whole[offsets[comm.rank]:offsets[comm.rank + 1]].copy()
