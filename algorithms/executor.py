@@ -273,11 +273,11 @@ class Collective:
         with what every such call repeats done once: the algorithm's ``run.bind(self, count,
         dtype)`` where it has one, else ``run`` itself; ``avg``'s division included. What a bind
         needs built collectively it finds built by an earlier call, or leaves to the first call."""
-        bind = getattr(run, "bind", None)
         if plan is not None:
             def bound(sendbuf, recvbuf):
                 run(self, sendbuf, recvbuf, plan)
         else:
+            bind = getattr(run, "bind", None)
             bound = functools.partial(run, self) if bind is None else bind(self, count, dtype)
         if self.op != "avg" or self.size == 1:
             return bound
