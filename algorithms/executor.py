@@ -211,8 +211,7 @@ class Collective:
         self.size = comm.Get_size()
         self.xp = xp
         self.op = op
-        # combine(acc, incoming, out=out): out = acc (op) incoming, element-wise; the ufunc itself,
-        # called with no Python frame between (out is always given, as a keyword, as CuPy takes it)
+        # combine(acc, incoming, out): out = acc (op) incoming, element-wise (ops.combiner)
         self.combine = combiner(xp, op) if op is not None else None
         self.transport = transport
         self.send = self.transport.send
@@ -291,12 +290,12 @@ class Collective:
     def _recv_combine_from_scratch(self, acc, source, out, combine):
         incoming = self.scratch(acc.dtype, acc.size, "combine-in")
         self.recv(incoming, source)
-        combine(acc, incoming, out=out)
+        combine(acc, incoming, out)
 
     def _combine_from_scratch(self, sendbuf, dest, acc, source, out, combine):
         incoming = self.scratch(acc.dtype, acc.size, "combine-in")
         self.sendrecv(sendbuf, dest, incoming, source)
-        combine(acc, incoming, out=out)
+        combine(acc, incoming, out)
 
     def scratch(self, dtype, count, slot="scratch"):
         """A reusable workspace vector of ``count`` elements."""

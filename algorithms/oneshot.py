@@ -97,9 +97,9 @@ class OneShotWindow:
                     _wait(counter, calls)
             if sync is not None:
                 sync()  # the counters before the data
-            combine(buffers[0], buffers[1], out=out)
+            combine(buffers[0], buffers[1], out)
             for view in rest[which]:
-                combine(out, view, out=out)
+                combine(out, view, out)
 
         self.rounds[(dtype, count)] = one_round
         return one_round

@@ -25,6 +25,6 @@ def allreduce(coll, sendbuf, recvbuf):
         incoming = incoming_all[: partial.size]
         for source in workers:
             coll.recv(incoming, source)
-            coll.combine(partial, incoming, out=partial)
+            coll.combine(partial, incoming, partial)
     for dest in workers:
         coll.send(recvbuf, dest)

@@ -83,9 +83,9 @@ def bind(coll, count, dtype):
             for exchange, lower in exchanges:
                 exchange(current, theirs)
                 if lower:
-                    combine(theirs, current, out=recvbuf)
+                    combine(theirs, current, recvbuf)
                 else:
-                    combine(current, theirs, out=recvbuf)
+                    combine(current, theirs, recvbuf)
                 current = recvbuf
         return run
 
@@ -95,16 +95,16 @@ def bind(coll, count, dtype):
             for cut, theirs in pieces:
                 mine, out = (current, recvbuf) if cut is None else (current[cut], recvbuf[cut])
                 recv(theirs, pair)
-                combine(theirs, mine, out=out)
+                combine(theirs, mine, out)
             current = recvbuf
         for exchanges, lower in steps:
             for (cut, theirs), exchange in zip(pieces, exchanges):
                 mine, out = (current, recvbuf) if cut is None else (current[cut], recvbuf[cut])
                 exchange(mine, theirs)
                 if lower:
-                    combine(theirs, mine, out=out)
+                    combine(theirs, mine, out)
                 else:
-                    combine(mine, theirs, out=out)
+                    combine(mine, theirs, out)
             current = recvbuf
         if pair is not None:
             send(recvbuf, pair)

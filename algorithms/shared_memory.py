@@ -298,7 +298,7 @@ def _reducer(acc, out, combine):
     item, dtype = acc.itemsize, acc.dtype
 
     def reduce(piece, start, end):
-        combine(acc[start // item:end // item], piece.view(dtype), out=out[start // item:end // item])
+        combine(acc[start // item:end // item], piece.view(dtype), out[start // item:end // item])
     return reduce
 
 
@@ -690,12 +690,12 @@ class SharedMemoryTransport:
         peers = self._one_piece(sendbuf.nbytes, dest, size, source)
         if peers is not None and peers is not True:
             (to, into), box = peers, self.box
-            combine(acc, box.swap_whole(to, sendbuf, into, dtype, acc.size), out=out)
+            combine(acc, box.swap_whole(to, sendbuf, into, dtype, acc.size), out)
             box.release(into)
         elif self._node_rank(source, size) is None:
             incoming = self.workspace.get(self.xp, dtype, acc.size, "shm-combine")
             self.sendrecv(sendbuf, dest, incoming, source)
-            combine(acc, incoming, out=out)
+            combine(acc, incoming, out)
         else:
             reduce = _reducer(acc, out, combine)
             if not (self._exchange_in_place(sendbuf, dest, size, source, reduce)
@@ -731,7 +731,7 @@ class SharedMemoryTransport:
             def exchange(sendbuf, acc, result):
                 if pending or posted[0] - taken[0] >= SLOTS:
                     return general(sendbuf, acc, result)
-                combine(acc, swap(out, out_views, sendbuf, into, in_views), out=result)
+                combine(acc, swap(out, out_views, sendbuf, into, in_views), result)
                 release(into)
         return exchange
 
@@ -753,7 +753,7 @@ class SharedMemoryTransport:
             if pending:
                 return general(sendbuf, acc, out)
             sendrecv([sendbuf, byte], dest, TAG, into, source, TAG)
-            combine(acc, incoming, out=out)
+            combine(acc, incoming, out)
         return exchange
 
     def recv_combine(self, acc, source, out, combine):
@@ -765,7 +765,7 @@ class SharedMemoryTransport:
         if unannounced or self._take_via_mpi(size, source):  # through MPI (its label taken if announced)
             incoming = self.workspace.get(self.xp, acc.dtype, acc.size, "shm-combine")
             (self.recv if unannounced else self.mpi.recv)(incoming, source)
-            combine(acc, incoming, out=out)
+            combine(acc, incoming, out)
         else:
             self.wait(self._start_recv(size, source, _reducer(acc, out, combine)))
 
