@@ -48,14 +48,15 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None, c
                 bound = private.runners.get((algorithm, op, dtype, size))
             except TypeError:  # an unhashable op or algorithm: the full validation says what is wrong
                 bound = None
-            if (bound is not None and recvbuf.dtype is dtype and recvbuf.size == size
-                    and sendbuf.strides == bound[1] and recvbuf.strides == bound[1] and recvbuf.flags.writeable
-                    and recvbuf is not sendbuf
-                    and (sendbuf.base is None and recvbuf.base is None or not overlaps(sendbuf, recvbuf))):
-                if check:
-                    agree(private.comm, "allreduce", None, bound[2], _describe)
-                bound[0](sendbuf, recvbuf)
-                return recvbuf
+            if bound is not None:
+                runner, strides, fields = bound
+                if (recvbuf.dtype is dtype and recvbuf.size == size and sendbuf.strides == strides == recvbuf.strides
+                        and recvbuf.flags.writeable and recvbuf is not sendbuf
+                        and (sendbuf.base is None and recvbuf.base is None or not overlaps(sendbuf, recvbuf))):
+                    if check:
+                        agree(private.comm, "allreduce", None, fields, _describe)
+                    runner(sendbuf, recvbuf)
+                    return recvbuf
     run = _common_case(sendbuf, recvbuf, op, algorithm, tree, bandwidth)
     if run is not None:
         private = _private("allreduce", comm)

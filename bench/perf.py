@@ -230,8 +230,8 @@ def peak_memory(comm, nbytes):
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench.perf", description=__doc__.splitlines()[0])
-    p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("32K"),
-                   help="smallest vector, in bytes; K, M, G are powers of 1024; 8 B is always added (default 32K)")
+    p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("1K"),
+                   help="smallest vector, in bytes; K, M, G are powers of 1024; 8 B is always added (default 1K)")
     p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("256M"),
                    help="largest vector, in bytes; K, M, G are powers of 1024 (default 256M)")
     p.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplier between sizes (default 2)")
