@@ -18,7 +18,6 @@ nothing of native MPI's, so it never picks it), with alpha per message step and 
 :func:`choice` says what a call of a size would run, and why.
 """
 
-import functools
 import json
 import math
 from collections import Counter
@@ -155,11 +154,10 @@ def choice(nbytes, dtype="float32", comm=None, device=False, op="sum"):
 
 def bind(coll, count, dtype):
     """``run(sendbuf, recvbuf)`` for vectors of ``count`` elements of ``dtype``: what the
-    algorithm chosen for them binds (:meth:`executor.Collective.runner`), so a repeat pays
+    algorithm chosen for them binds (:meth:`executor.Collective.bound`), so a repeat pays
     nothing for the choice."""
-    run = coll.private.resource("auto", Choices).pick(coll.xp, dtype, count * dtype.itemsize, coll.op)
-    bind_chosen = getattr(run, "bind", None)
-    return functools.partial(run, coll) if bind_chosen is None else bind_chosen(coll, count, dtype)
+    return coll.bound(coll.private.resource("auto", Choices).pick(coll.xp, dtype, count * dtype.itemsize, coll.op),
+                      count, dtype)
 
 
 def allreduce(coll, sendbuf, recvbuf):

@@ -276,8 +276,7 @@ class Collective:
             def bound(sendbuf, recvbuf):
                 run(self, sendbuf, recvbuf, plan)
         else:
-            bind = getattr(run, "bind", None)
-            bound = functools.partial(run, self) if bind is None else bind(self, count, dtype)
+            bound = self.bound(run, count, dtype)
         if self.op != "avg" or self.size == 1:
             return bound
         finish = self.finish
@@ -286,6 +285,13 @@ class Collective:
             bound(sendbuf, recvbuf)
             finish(recvbuf)
         return averaged
+
+    def bound(self, run, count, dtype):
+        """``run(sendbuf, recvbuf)`` in this context for vectors of ``count`` elements of
+        ``dtype``: the algorithm's ``run.bind(self, count, dtype)`` where it has one, else ``run``
+        itself (no ``avg`` division: :meth:`runner` adds it)."""
+        bind = getattr(run, "bind", None)
+        return functools.partial(run, self) if bind is None else bind(self, count, dtype)
 
     def _recv_combine_from_scratch(self, acc, source, out, combine):
         incoming = self.scratch(acc.dtype, acc.size, "combine-in")

@@ -48,7 +48,9 @@ MIB = 1 << 20
 #: half the Python cost of a small call over its bare MPI_Sendrecv exchanges before the one-shot
 #: work (rd 3.3 us, ring 5.8 us at 8 B on 2 ranks, bench perf of 2026-12-01)
 HALVED_COST_US = {"rd": 1.65, "ring": 2.9}
-PERSISTENT = ("rd", "ring")  # also timed at 8 B on 2 ranks bound once, as "<algo>_persistent"
+#: the bare MPI_Sendrecv exchanges of an 8-byte call on 2 ranks, of the algorithms whose cost over
+#: them is judged; each is also timed bound once, as "<algo>_persistent"
+EXCHANGES = {"rd": 1, "ring": 2}
 GLOO_ITERS = 20  # gloo's calls take 0.6 ms and more: 20 of them time it well
 
 
@@ -138,7 +140,7 @@ def measure_sizes(comm, registered, sizes, repeats, factor, gloo=None):
         if nbytes == 8 and comm.Get_size() == 2:  # the bare exchange the per-call costs are counted over
             peer, incoming = 1 - comm.Get_rank(), np.empty_like(x)
             calls["sendrecv"] = lambda: comm.Sendrecv(x, peer, 0, incoming, peer, 0)
-            for algo in PERSISTENT:  # checked once (algorithms.allreduce_init), beside the calls checked each time
+            for algo in EXCHANGES:  # checked once (algorithms.allreduce_init), beside the calls checked each time
                 calls[f"{algo}_persistent"] = algorithms.allreduce_init(x, y, algorithm=algo, comm=comm)
         if gloo is not None:
             calls["gloo"] = functools.partial(gloo, x, y)
@@ -306,12 +308,12 @@ def gloo_baseline(comm):
 
 
 def persistent_costs(sweeps):
-    """Per algorithm of :data:`PERSISTENT`, the median over ``sweeps`` (lists of rows) of its
+    """Per algorithm of :data:`EXCHANGES`, the median over ``sweeps`` (lists of rows) of its
     persistent call's time at 8 B less its bare exchanges (rd one, the ring two), in us."""
     runs = [{r["bytes"]: r for r in rows}[8] for rows in sweeps]
     return {algo: round(statistics.median((run[f"{algo}_persistent_s"] - exchanges * run["sendrecv_s"]) * 1e6
                                           for run in runs), 2)
-            for algo, exchanges in zip(PERSISTENT, (1, 2))}
+            for algo, exchanges in EXCHANGES.items()}
 
 
 def targets(data, sweeps=None):
@@ -345,7 +347,8 @@ def targets(data, sweeps=None):
                        "at_bytes": 8, "holds": best <= 3})
     ratio_check("auto busbw >= 1.0x native, 8 B..256 MiB", 8, 256 << 20, "auto_busbw", "native_busbw", 1.0)
     if 8 in rows and "sendrecv_s" in rows[8]:
-        for algo, exchanges, bound in (("rd", 1, HALVED_COST_US["rd"]), ("ring", 2, HALVED_COST_US["ring"])):
+        for algo, exchanges in EXCHANGES.items():
+            bound = HALVED_COST_US[algo]
             cost = statistics.median((run[8][f"{algo}_s"] - exchanges * run[8]["sendrecv_s"]) * 1e6 for run in runs)
             checks.append({"target": f"{algo}'s Python cost over its {exchanges} bare exchange(s) <= {bound} us",
                            "worst": round(cost, 2), "at_bytes": 8, "holds": cost <= bound})
