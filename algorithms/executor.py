@@ -151,6 +151,7 @@ class Private:
         self.transports.clear()
         self.contexts.clear()
         self.runners.clear()
+        LAST_CALL[0] = NO_CALL  # it may hold one of these runners
 
     def free(self):
         self.free_resources()
@@ -176,6 +177,11 @@ def _free_before_finalize():
 
 
 LAST_USED = [None, None]  # (user communicator, its Private): most calls reuse the last one
+#: the last all-reduce that ran a kept runner on two vectors small enough to be referenced here
+#: (collectives.allreduce): (sendbuf, recvbuf, algorithm, op, comm as passed, dtype, shape,
+#: strides, runner, private communicator, agreement fields); NO_CALL matches no call
+NO_CALL = (object(),) * 11
+LAST_CALL = [NO_CALL]
 
 
 def _free_private(comm, keyval, private):

@@ -134,8 +134,8 @@ def measure_sizes(comm, registered, sizes, repeats, factor, gloo=None):
         iters = iterations_for(nbytes)
         row = {"bytes": count * 4}
         calls = {"native": lambda: comm.Allreduce(x, y, op=MPI.SUM)}
-        for algo in ALGOS:
-            calls[algo] = functools.partial(algorithms.allreduce, x, y, algorithm=algo, check=False)
+        for algo in ALGOS:  # each called as a program calls it, as the baselines are, in a lambda
+            calls[algo] = lambda algo=algo: algorithms.allreduce(x, y, algorithm=algo, check=False)
         calls["ring_checked"] = lambda: algorithms.allreduce(x, y, algorithm="ring")
         if nbytes == 8 and comm.Get_size() == 2:  # the bare exchange the per-call costs are counted over
             peer, incoming = 1 - comm.Get_rank(), np.empty_like(x)
@@ -147,16 +147,15 @@ def measure_sizes(comm, registered, sizes, repeats, factor, gloo=None):
         rx, ry = (algorithms.alloc_registered(count, np.float32, comm=registered) for _ in range(2))
         rx[:] = 1
         for algo in REGISTERED:
-            calls[f"{algo}_reg"] = functools.partial(algorithms.allreduce, rx, ry, algorithm=algo, comm=registered,
-                                                     check=False)
+            calls[f"{algo}_reg"] = lambda algo=algo: algorithms.allreduce(rx, ry, algorithm=algo, comm=registered,
+                                                                          check=False)
         rz = algorithms.alloc_registered(count, np.float32, comm=registered)
         rz[:] = 0  # summed into itself call after call: zeros stay finite (ones would overflow to inf)
-        calls[IN_PLACE] = functools.partial(algorithms.allreduce, rz, None, algorithm="ring", comm=registered,
-                                            check=False)
+        calls[IN_PLACE] = lambda: algorithms.allreduce(rz, None, algorithm="ring", comm=registered, check=False)
         sx, sy = (small_page_vector(count, np.float32) for _ in range(2))
         sx[:] = 1
         calls["native_4kpages"] = lambda: comm.Allreduce(sx, sy, op=MPI.SUM)
-        calls["ring_4kpages"] = functools.partial(algorithms.allreduce, sx, sy, algorithm="ring", check=False)
+        calls["ring_4kpages"] = lambda: algorithms.allreduce(sx, sy, algorithm="ring", check=False)
         calls.update(copy_calls(comm, x, y))
         seconds = timed(comm, calls, iters, 3, repeats, {"gloo": GLOO_ITERS})
         row["plain_huge_share"], row["small_pages_huge_share"] = (least_huge_share(comm, pair) for pair in ((x, y), (sx, sy)))

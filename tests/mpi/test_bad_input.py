@@ -212,6 +212,62 @@ def test_bad_buffers_after_a_good_call_of_their_shape(comm, algorithm):
     comm.Barrier()
 
 
+@pytest.mark.parametrize("algorithm", ["ring", "rd", "oneshot", "native", "auto"])
+def test_the_same_vectors_changed_in_place_are_checked_again(comm, algorithm):
+    """A repeat of the last call on the same two vectors checks only what can change in place
+    (collectives.LAST_CALL): each such change is refused as the full validation refuses it, on
+    one rank alone too, and a valid change (both vectors reinterpreted as int32) runs as int32."""
+    def changes():
+        yield ValueError, "recvbuf is read-only", lambda buf: setattr(buf.flags, "writeable", False)
+        yield ValueError, r"recvbuf must be 1-D, got shape \(2, 5\)", lambda buf: setattr(buf, "shape", (2, 5))
+        yield TypeError, "recvbuf dtype int32 differs from sendbuf dtype float32", lambda buf: setattr(buf, "dtype", np.int32)
+
+    for error, message, change in changes():
+        for on in [range(comm.size)] + ([[1]] if comm.size > 1 else []):  # every rank, then rank 1 alone
+            sendbuf, recvbuf = x32(), x32()
+            for _ in range(3):  # the first call validates, the second keeps the vectors, the third reuses them
+                algorithms.allreduce(sendbuf, recvbuf, algorithm=algorithm)
+            if comm.rank in on:
+                change(recvbuf)
+            where = r".* \(on rank 1\)" if on == [1] else ""
+            raises_everywhere(comm, error, message + where,
+                              lambda: algorithms.allreduce(sendbuf, recvbuf, algorithm=algorithm))
+    sendbuf, recvbuf = x32(), x32()
+    for _ in range(3):
+        algorithms.allreduce(sendbuf, recvbuf, algorithm=algorithm, check=False)
+    sendbuf.dtype = recvbuf.dtype = np.int32
+    sendbuf[:] = np.arange(10) + comm.rank
+    algorithms.allreduce(sendbuf, recvbuf, algorithm=algorithm, check=False)
+    assert recvbuf.dtype == np.int32
+    np.testing.assert_array_equal(recvbuf, comm.size * np.arange(10) + comm.size * (comm.size - 1) // 2)
+
+
+def test_a_freed_communicator_is_refused_after_repeated_calls(comm):
+    """Calls repeated on a communicator leave nothing that runs on it once it is freed."""
+    mine = comm.Dup()
+    x, y = x32(), x32()
+    for _ in range(3):
+        algorithms.allreduce(x, y, algorithm="rd", comm=mine, check=False)
+    mine.Free()
+    with pytest.raises(TypeError, match="comm must be an mpi4py intracommunicator"):
+        algorithms.allreduce(x, y, algorithm="rd", comm=mine, check=False)
+
+
+def test_large_vectors_are_not_kept_referenced(comm):
+    """Only the last call's vectors up to 64 KiB stay referenced between calls (as the ring's
+    slices of them do); larger ones are freed when the caller drops them."""
+    import weakref
+
+    x = np.ones(32 << 10, np.float32)  # 128 KiB
+    y = np.empty_like(x)
+    for algorithm in ("rd", "ring", "native"):
+        for _ in range(3):
+            algorithms.allreduce(x, y, algorithm=algorithm, check=False)
+    gone = weakref.ref(x), weakref.ref(y)
+    del x, y
+    assert all(ref() is None for ref in gone)
+
+
 def test_persistent_allreduce_checks_once_on_every_rank(comm):
     """allreduce_init refuses what allreduce refuses, on every rank, one rank's mistake included."""
     for error, message, recvbuf in _bad_recvbufs():
