@@ -114,8 +114,8 @@ def allreduce_init(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=No
 
 class PersistentAllreduce:
     """An all-reduce bound to its vectors (:func:`allreduce_init`); calling it runs it and
-    returns ``recvbuf``. About 1.5 us less per 2-rank call than :func:`allreduce`, whose every
-    call checks its vectors."""
+    returns ``recvbuf``. About 0.5 us less per 2-rank call at 8 bytes than :func:`allreduce`,
+    whose every call checks its vectors."""
 
     __slots__ = ("sendbuf", "recvbuf", "_run")
 
