@@ -39,7 +39,7 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None, c
     ``ALLREDUCE_HIER_ACROSS=bamtree``.
     Returns the result buffer.
     """
-    (last_send, last_recv, last_algorithm, last_op, last_comm, dtype, shape, strides, runner, private_comm,
+    (last_send, last_recv, last_algorithm, last_op, last_comm, dtype, shape, strides, runner, duplicate,
      fields) = LAST_CALL[0]
     if (sendbuf is last_send and recvbuf is last_recv and algorithm is last_algorithm and op is last_op
             and comm is last_comm and tree is None and bandwidth is None and sendbuf.dtype is dtype
@@ -48,7 +48,7 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None, c
         # the same two vectors as the last call, and as they were then in all that can change
         # in place (dtype, shape, strides, writeable): what else it checked still holds
         if check:
-            agree(private_comm, "allreduce", None, fields, _describe)
+            agree(duplicate, "allreduce", None, fields, _describe)
         runner(sendbuf, recvbuf)
         return recvbuf
     if type(recvbuf) is _NDARRAY and type(sendbuf) is _NDARRAY and tree is None and bandwidth is None:
