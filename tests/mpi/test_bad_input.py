@@ -2,6 +2,7 @@
 communicator usable (no stray messages, no rank left waiting)."""
 
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -215,7 +216,7 @@ def test_bad_buffers_after_a_good_call_of_their_shape(comm, algorithm):
 @pytest.mark.parametrize("algorithm", ["ring", "rd", "oneshot", "native", "auto"])
 def test_the_same_vectors_changed_in_place_are_checked_again(comm, algorithm):
     """A repeat of the last call on the same two vectors checks only what can change in place
-    (collectives.LAST_CALL): each such change is refused as the full validation refuses it, on
+    (executor.LAST_CALL): each such change is refused as the full validation refuses it, on
     one rank alone too, and a valid change (both vectors reinterpreted as int32) runs as int32."""
     def changes():
         yield ValueError, "recvbuf is read-only", lambda buf: setattr(buf.flags, "writeable", False)
@@ -256,8 +257,6 @@ def test_a_freed_communicator_is_refused_after_repeated_calls(comm):
 def test_large_vectors_are_not_kept_referenced(comm):
     """Only the last call's vectors up to 64 KiB stay referenced between calls (as the ring's
     slices of them do); larger ones are freed when the caller drops them."""
-    import weakref
-
     x = np.ones(32 << 10, np.float32)  # 128 KiB
     y = np.empty_like(x)
     for algorithm in ("rd", "ring", "native"):
