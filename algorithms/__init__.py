@@ -12,12 +12,21 @@
 * ``reduce_scatter`` and ``all_gather``: the two halves of the ring, on their
   own; chunk layout from ``chunk_offsets``.
 * ``alloc_registered(count, dtype)`` / ``free_registered(vector)``: vectors in the
-  node's shared memory, which messages within the node read in place (no copy).
+  node's shared memory, which messages within the node read in place (no copy); where the
+  node's ``/dev/shm`` cannot back one, ``ShmTooSmall`` (a ``MemoryError``) on every rank.
 * ``transport_in_use(xp)``: how messages travel (shared memory or CUDA IPC within a
   node, MPI direct or staged through host memory otherwise).
 * ``run_together(main, prog)``: run a program's ``main()`` so that an error or a signal on
   any rank ends every rank within seconds (:mod:`.ending`).
+
+Imported before ``mpi4py.MPI``, it first settles what ``MPI_Init`` needs of a small
+``/dev/shm`` (:func:`topology.shm.before_mpi_init`: ``SHM_NOTE`` says what it changed; it
+raises ``MemoryError`` where MPI could not start at all).
 """
+
+from topology.shm import ShmTooSmall, before_mpi_init
+
+SHM_NOTE = before_mpi_init()  # before mpi4py.MPI is first imported: what MPI_Init needs of /dev/shm
 
 from .collectives import (PersistentAllreduce, alloc_registered, all_gather, allreduce, allreduce_init,
                           free_registered, reduce_scatter, transport_in_use)
@@ -38,5 +47,5 @@ __all__ = [
     "ALGORITHMS", "DTYPES", "OPS",
     "allreduce", "allreduce_init", "PersistentAllreduce", "reduce_scatter", "all_gather",
     "alloc_registered", "free_registered", "chunk_offsets", "free_workspace", "mpi_is_cuda_aware", "needs_bandwidth",
-    "run_together", "transport_in_use",
+    "run_together", "transport_in_use", "ShmTooSmall",
 ]

@@ -49,15 +49,27 @@ def candidates():
 
 
 def load_table(path):
-    """The tuning table in ``path``, checked: a dict with ``ranks``, ``nodes`` and ``rules``."""
-    with open(path) as f:
-        table = json.load(f)
+    """The tuning table in ``path``, checked: a dict with ``ranks``, ``nodes`` and ``rules``;
+    ``ValueError`` naming ``path`` and what is wrong with it otherwise."""
+    try:
+        with open(path, "rb") as f:
+            table = json.loads(f.read())
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    except ValueError as exc:  # json.JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(table, dict) or table.get("schema") != SCHEMA:
         raise ValueError(f"{path}: not a tuning table (schema {SCHEMA!r}; python -m bench tune writes them)")
+    rules = table.get("rules")
+    if not isinstance(rules, list) or not all(isinstance(rule, dict) for rule in rules):
+        raise ValueError(f"{path}: its rules are not a list of objects")
     known = set(candidates())
-    for rule in table.get("rules", ()):
-        unknown = [name for name in rule.get("order", ()) if name not in known]
-        if unknown or not rule.get("order"):
+    for rule in rules:
+        order, upto = rule.get("order"), rule.get("upto_bytes")
+        if not isinstance(order, list) or (upto is not None and not isinstance(upto, int)):
+            raise ValueError(f"{path}: a rule's order is not a list, or its upto_bytes not a whole number: {rule}")
+        unknown = [str(name) for name in order if name not in known]
+        if unknown or not order:
             raise ValueError(f"{path}: a rule names {', '.join(unknown) or 'no algorithm'}; "
                              f"candidates: {', '.join(sorted(known))}")
     return table
@@ -76,8 +88,8 @@ class Choices:
         if comm.Get_rank() == 0 and path:
             try:
                 loaded = load_table(path)
-            except (OSError, ValueError) as exc:
-                loaded = f"ALLREDUCE_TUNING_FILE={path}: {exc}"
+            except ValueError as exc:
+                loaded = f"ALLREDUCE_TUNING_FILE: {exc}"
         loaded = comm.bcast(loaded, root=0)
         if isinstance(loaded, str):
             raise ValueError(loaded)

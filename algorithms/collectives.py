@@ -181,11 +181,17 @@ def all_gather(sendbuf, recvbuf=None, *, comm=None, check=True):
     return whole
 
 
-def transport_in_use(xp, comm=None):
+def transport_in_use(xp, comm=None, algorithm=None):
     """How our collectives move buffers of array module ``xp`` (``numpy`` or ``cupy``) on
-    ``comm``, in words: the transport, and why when CUDA IPC could not be used. Collective
-    the first time for each communicator and module (it may set up shared memory)."""
-    return private_comm(MPI.COMM_WORLD if comm is None else comm).transport(xp).describe()
+    ``comm``, in words: the transport, and why when CUDA IPC or shared memory could not be
+    used; with ``algorithm``, what that algorithm says of its own resources (``oneshot``'s
+    window). Collective the first time for each communicator and module (it may set up
+    shared memory)."""
+    private = private_comm(MPI.COMM_WORLD if comm is None else comm)
+    text = private.transport(xp).describe()
+    setup = getattr(ALGORITHMS.get(algorithm), "setup", None)
+    note = setup(private) if setup is not None else None
+    return f"{text}; {algorithm} runs {note}" if note else text
 
 
 def alloc_registered(count, dtype="float32", comm=None):

@@ -13,12 +13,14 @@ import functools
 import sys
 
 from mpi4py import MPI
+from topology.shm import SHM_FIX, ShmTooSmall
 
 from .arrays import host_buffer, is_device, same_memory
 from .ops import combiner
 from .cuda_ipc import IpcUnavailable
 from .settings import agree_settings, setting
 from .shared_memory import SharedMemoryTransport
+from .shared_windows import warn_once
 from .transport import DirectTransport, StagedTransport, mpi_is_cuda_aware
 
 TRANSPORTS = {"direct": DirectTransport, "staged": StagedTransport, "shm": SharedMemoryTransport}
@@ -38,7 +40,8 @@ def choose_transport(xp):
 
 def build_transport(private, xp):
     """The transport for module ``xp`` on ``private``'s communicator (collective). When CUDA
-    IPC cannot be set up on some rank, every rank falls back to MPI and ``note`` says why."""
+    IPC cannot be set up on some rank, or the node's ``/dev/shm`` cannot back the slots, every
+    rank falls back to MPI and ``note`` says why (the latter also once on stderr)."""
     mpi = DirectTransport if not is_device(xp) or mpi_is_cuda_aware() else StagedTransport
     kind = choose_transport(xp)
     if kind != "shm":
@@ -46,9 +49,13 @@ def build_transport(private, xp):
     try:
         return SharedMemoryTransport(private, xp, WORKSPACE, mpi)
     except IpcUnavailable as exc:
-        transport = mpi(private, xp, WORKSPACE)
-        transport.note = f"no CUDA IPC ({exc})"
-        return transport
+        note = f"no CUDA IPC ({exc})"
+    except ShmTooSmall as exc:  # raised on every rank alike, before any slot was touched
+        note = f"no shared memory: {exc.short}"
+        warn_once(private.comm, f"{note}; messages within a node go through MPI instead; for shared memory, {SHM_FIX}")
+    transport = mpi(private, xp, WORKSPACE)
+    transport.note = note
+    return transport
 
 
 class Workspace:

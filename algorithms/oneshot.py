@@ -26,10 +26,12 @@ import platform
 
 import numpy as np
 from mpi4py import MPI
+from topology.shm import ShmTooSmall
 
 from . import recursive_doubling
 from .settings import setting
 from .shared_memory import LINE, SPINS_BEFORE_YIELD
+from .shared_windows import allocate_shared, warn_once
 
 VIEWS = 256  # rounds (with their views of the buffers) kept, one per shape
 #: whether stores and loads may be seen out of order by the other cores (not on x86-64: TSO)
@@ -40,16 +42,23 @@ class OneShotWindow:
     """The node's window for one-shot all-reduce on a communicator (collective to build): per
     rank two boxes, each a call counter followed at once by a buffer of ``ALLREDUCE_ONESHOT_BYTES``,
     so a vector of up to 56 bytes travels with its counter in one cache line. ``usable`` is False,
-    with no window, where the communicator spans nodes."""
+    with no window, where the communicator spans nodes, or where ``/dev/shm`` cannot back the
+    window (``note`` says so)."""
 
     def __init__(self, comm):
         self.capacity = setting("ALLREDUCE_ONESHOT_BYTES")  # a multiple of LINE
         box = self.capacity + LINE  # counter, buffer, and the rest of the last line
         node = comm.Split_type(MPI.COMM_TYPE_SHARED)
         self.size, self.me = comm.Get_size(), comm.Get_rank()
+        self.note = None  # why it runs recursive doubling on one node
+        self.rounds = {}  # (dtype, count) -> round(piece, out, combine) for pieces of that shape
         try:
             self.usable = node.Get_size() == self.size  # the same answer on every rank
-            self.win = MPI.Win.Allocate_shared(2 * box, LINE, comm=node) if self.usable else None
+            self.win = allocate_shared(comm, node, 2 * box, LINE, "oneshot's window") if self.usable else None
+        except ShmTooSmall as exc:  # raised on every rank alike
+            self.usable, self.win = False, None
+            self.note = f"recursive doubling: no shared memory for its window ({exc.short})"
+            warn_once(comm, f"oneshot runs {self.note}")
         finally:
             node.Free()
         if self.win is None:
@@ -67,7 +76,6 @@ class OneShotWindow:
             counter[0] = 0
         self.win.Sync()
         comm.Barrier()  # every counter is zero before anyone posts
-        self.rounds = {}  # (dtype, count) -> round(piece, out, combine) for pieces of that shape
 
     def round_for(self, dtype, count):
         """``round(piece, out, combine)`` for pieces of ``count`` elements of ``dtype``: post the piece,
@@ -157,4 +165,13 @@ def allreduce(coll, sendbuf, recvbuf):
         window.round_for(piece.dtype, piece.size)(piece, recvbuf[lo:lo + step], coll.combine)
 
 
+def setup(private):
+    """Make the node's window now (collective; the first call would), and say why oneshot runs
+    recursive doubling where ``/dev/shm`` could not back it (None otherwise)."""
+    if private.comm.Get_size() == 1:
+        return None
+    return private.resource("oneshot", OneShotWindow).note
+
+
 allreduce.bind = bind
+allreduce.setup = setup

@@ -16,7 +16,12 @@ and unregistered buffers still work beside registered ones.
 import numpy as np
 from mpi4py import MPI
 
+from topology.shm import SHM_FIX, mib
+
+from .shared_windows import allocate_shared
+
 OFFSET_BITS = 40  # a direct message's label packs (window index, byte offset < 1 TiB)
+REGISTERED_FIX = SHM_FIX + ", or use plain vectors (the benchmark's -R 0)"
 
 
 def _address(raw):
@@ -34,13 +39,15 @@ class Registry:
         self.next_index = 0
 
     def alloc(self, nbytes):
-        """A ``nbytes`` uint8 vector that the node's ranks can read (collective)."""
+        """A ``nbytes`` uint8 vector that the node's ranks can read (collective); raises
+        :class:`.shared_windows.ShmTooSmall` on every rank where ``/dev/shm`` cannot back it."""
         node = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
         try:
             info = MPI.Info.Create()
             info.Set("alloc_shared_noncontig", "true")  # each part page-aligned, on its own pages
             try:
-                win = MPI.Win.Allocate_shared(max(nbytes, 1), 1, info=info, comm=node)
+                win = allocate_shared(self.comm, node, max(nbytes, 1), 1, f"a registered vector of {mib(nbytes)}",
+                                      REGISTERED_FIX, info)
             finally:
                 info.Free()
             parts = [np.frombuffer(win.Shared_query(r)[0], np.uint8) for r in range(node.Get_size())]

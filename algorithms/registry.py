@@ -8,7 +8,9 @@ it returns, unless None, is passed on as a fourth argument (with a ``digest()`` 
 its ``needs_bandwidth()``, when it has one, says whether it needs ``bandwidth=`` as things stand,
 and ``needs_plan`` that it never runs without what ``prepare`` returns. A ``bind(coll, count, dtype)``
 attribute returns ``run(sendbuf, recvbuf)`` for vectors of that shape with what every such call
-repeats done once; the entry point keeps one per shape and calls it on the repeats.
+repeats done once; the entry point keeps one per shape and calls it on the repeats. A
+``setup(private)`` attribute makes what the algorithm keeps on a communicator now (collective)
+and returns a note for its description (:func:`.collectives.transport_in_use`), or None.
 """
 
 from . import auto, bamring, double_tree, hier, native, oneshot, ps, recursive_doubling, ring, tree

@@ -49,11 +49,13 @@ import os
 
 import numpy as np
 from mpi4py import MPI
+from topology.shm import ShmTooSmall
 
 from .arrays import data_pointer, is_device, stream_synchronize
 from .pages import PageProbe, thp_mode
 from .registered import Registry, decode, encode
 from .settings import setting, size_text
+from .shared_windows import allocate_shared
 from .transport import TAG
 
 
@@ -89,14 +91,19 @@ class Mailboxes:
         size = node.Get_size()
         header = _round_up(2 * size * LINE + LABEL * 8 * size * SLOTS, LINE)
         slots_bytes = size * SLOTS * self.slot_bytes
+        what = f"the shared-memory transport ({SLOTS} slots of {size_text(self.slot_bytes)} to each rank of the node)"
         try:
             if is_device(xp):
                 from .cuda_ipc import DeviceSlots
 
                 self.device = DeviceSlots(node, slots_bytes)  # collective; raises on every rank
-                self.win = MPI.Win.Allocate_shared(header, LINE, comm=node)
+                try:
+                    self.win = allocate_shared(comm, node, header, LINE, "the CUDA IPC transport's counters")
+                except ShmTooSmall:
+                    self.device.free()
+                    raise
             else:
-                self.win = MPI.Win.Allocate_shared(header + slots_bytes, LINE, comm=node)
+                self.win = allocate_shared(comm, node, header + slots_bytes, LINE, what)
         finally:
             node.Free()
         self.win.Lock_all(MPI.MODE_NOCHECK)

@@ -3,6 +3,7 @@ SUBCOMMANDS lists them, and ``python -m bench --help`` shows them).
 
 The sweep and ``perf`` run under mpiexec, so they run together
 (:func:`algorithms.ending.run_together`): an error or a signal on one rank ends every rank.
+Before MPI starts, what it needs of ``/dev/shm`` is settled (:mod:`topology.shm`).
 """
 
 import importlib
@@ -28,6 +29,11 @@ def main(argv=None):
             os.environ.update(wanted)
     if argv and argv[0] in TOOLS and argv[0] not in UNDER_MPI:
         return importlib.import_module(TOOLS[argv[0]]).main(argv[1:])
+    from topology.shm import settle_before_mpi_init
+
+    refused = settle_before_mpi_init("python -m bench" + (f" {argv[0]}" if argv and argv[0] in UNDER_MPI else ""))
+    if refused:
+        return refused
     from algorithms.ending import run_together
 
     if argv and argv[0] in UNDER_MPI:

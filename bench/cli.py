@@ -22,6 +22,7 @@ from mpi4py import MPI
 import algorithms
 from algorithms.arrays import array_module
 from algorithms.ending import end_job, fail_together, uncut
+from topology.shm import ShmTooSmall
 
 from . import summary
 from .check import wrong_elements
@@ -29,10 +30,11 @@ from .collectives import COLLECTIVES, make_runner, needs_topology
 from .flows import Network
 from .lower_bound import LowerBound
 from .machine import describe, oversubscription
-from .memory import bytes_needed, check_memory, reset_peak, resident_bytes, usage_line
+from .memory import bytes_needed, check_memory, check_registered_room, reset_peak, resident_bytes, usage_line
 from .options import PROG, launched_alone, parse_args, runs
 from .report import TIMESTAMP_FORMAT, TYPE_NAMES, bandwidths, columns, footer, row
 from .results import ResultsWriter, bool_text
+from .startup import tuning_problem
 from .timing import AGGREGATIONS, aggregate, iteration_stats, time_calls
 
 
@@ -99,7 +101,7 @@ def header_lines(comm, args, algo, device_lines, transport, crowded):
         f"# Machine: {info['machine']} {info['cpu']}  Python {info['python']}  numpy {info['numpy']}"
         f"  Commit: {info['commit']}",
         f"# Env: {info['env']}",
-        f"# Malloc: {malloc_mode()}  Transparent huge pages: {info['transparent_hugepages']}",
+        f"# Malloc: {malloc_mode()}  Transparent huge pages: {info['transparent_hugepages']}  /dev/shm: {info['dev_shm']}",
         "#",
         "# Using devices",
     ]
@@ -179,8 +181,13 @@ def _sweep(comm, args, argv, spec, say, crowded, xp, device, nccl, gloo):
     try:
         largest = max(args.sizes) + args.unalign * 8
         check_memory(comm, bytes_needed(largest, args.local_register), f"the largest size, {max(args.sizes)} B,")
-    except ValueError as exc:
+        if args.local_register:  # the transport's slots first, so that the room left is what the vectors get
+            algorithms.transport_in_use(xp, comm)
+            check_registered_room(comm, largest)
+    except (ValueError, ShmTooSmall) as exc:
         problem = str(exc)
+    if problem is None and "auto" in args.algos and rank == 0:
+        problem = tuning_problem()
     if fail_together(comm, PROG, problem):
         return 2
     log = args.log or os.path.join("results", f"bench-{_stamp()}-{size}r.jsonl")
@@ -232,7 +239,7 @@ def _sweep(comm, args, argv, spec, say, crowded, xp, device, nccl, gloo):
                                 busbws += [record["out_of_place"]["bus_bw"], record["in_place"]["bus_bw"]]
                                 with uncut():  # the table, the log and -J agree however the job ends
                                     say(record.pop("text"), flush=True)
-                                    writer.add({**record, "algorithm": algo, "cycle": cycle,
+                                    writer.add({**record, "algorithm": algo, "transport": transport, "cycle": cycle,
                                                 "experiment_name": f"{spec.name}/{algo}"})
                                 progress.done(label, number, len(args.sizes), nbytes,
                                               record["out_of_place"]["bus_bw"])
@@ -243,6 +250,10 @@ def _sweep(comm, args, argv, spec, say, crowded, xp, device, nccl, gloo):
                 say(line, flush=True)
             say("#", flush=True)
             total_wrong += wrong_here
+    except ShmTooSmall as exc:  # raised on every rank alike: /dev/shm filled up after the checks
+        if rank == 0:
+            sys.stderr.write(f"{PROG}: error: {exc}\n")
+        return 2
     finally:
         watchdog.disarm()
     if writer is not None:
@@ -303,7 +314,7 @@ def transport_of(algo, comm, xp, gloo=None):
         return "NCCL"
     if algo.startswith("nccl:"):
         return "NCCL told " + " ".join(f"{k}={os.environ.get(k)}" for k in ("NCCL_ALGO", "NCCL_PROTO"))
-    return algorithms.transport_in_use(xp, comm)
+    return algorithms.transport_in_use(xp, comm, algo)
 
 
 def probe_first(comm, args, folder):

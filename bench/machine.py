@@ -8,11 +8,12 @@ import subprocess
 from mpi4py import MPI
 
 from algorithms.pages import thp_mode
+from topology.shm import free_bytes, mib, total_bytes
 
 
 def relevant_env():
-    """The settings that change what is measured (malloc tuning, transport, MPICH knobs)."""
-    names = sorted(k for k in os.environ if k.startswith(("MALLOC_", "ALLREDUCE_", "MPIR_CVAR_", "OMP_")))
+    """The settings that change what is measured (malloc tuning, transport, MPICH and UCX knobs)."""
+    names = sorted(k for k in os.environ if k.startswith(("MALLOC_", "ALLREDUCE_", "MPIR_CVAR_", "UCX_", "OMP_")))
     return " ".join(f"{k}={os.environ[k]}" for k in names) or "(none set)"
 
 
@@ -37,10 +38,16 @@ def commit():
         return "unknown"
 
 
+def shm_text():
+    """``/dev/shm``'s size and free space ("64.0 MiB, 52.3 MiB free"), or "none"."""
+    total = total_bytes()
+    return "none" if total is None else f"{mib(total)}, {mib(free_bytes() or 0)} free"
+
+
 def describe():
     """A dict for results files: host, CPU, cores, Python, MPI library, commit, the settings
     that matter (environment; transparent huge pages, which set the speed of MPI's kernel copy:
-    `algorithms.pages`)."""
+    `algorithms.pages`; the size of /dev/shm, which holds the shared windows)."""
     import numpy
 
     return {
@@ -54,6 +61,7 @@ def describe():
         "commit": commit(),
         "env": relevant_env(),
         "transparent_hugepages": thp_mode(),
+        "dev_shm": shm_text(),
     }
 
 

@@ -4,7 +4,8 @@ Each rank of the sweep holds, at its largest size M (bytes of the whole vector):
 and receive vectors, a copy for the in-place run, the expected result and the check's
 fresh send and receive vectors, and up to one vector of workspace or of the check's
 comparison, so :data:`VECTORS_PER_RANK` = 7 vectors of M; with ``-R 1`` the registered copies
-of five of them besides; and :data:`INTERPRETER_BYTES` of Python, NumPy and MPI (measured
+of five of them besides, in the node's ``/dev/shm`` (checked against its free space:
+:func:`check_registered_room`); and :data:`INTERPRETER_BYTES` of Python, NumPy and MPI (measured
 at 256 MiB on 2 ranks: 6.5 M + 90 MiB for float32, 7.2 M for int8, 11.5 M with ``-R 1``,
 peak resident memory per rank). Every rank of a node draws on that node's memory: the driver refuses, with
 the numbers, when the node's ranks together need more than the memory available there
@@ -16,6 +17,10 @@ ranks held (:func:`usage_line`), as nccl-tests prints its GPU memory usage.
 import os
 
 from mpi4py import MPI
+
+from algorithms.registered import REGISTERED_FIX
+from algorithms.shared_windows import check_room
+from topology.shm import PAGE
 
 VECTORS_PER_RANK = 7
 REGISTERED_COPIES = 5
@@ -79,6 +84,19 @@ def check_memory(comm, need, what):
         raise ValueError(
             f"{what} needs {_gib(total)} on {host}{others}: {ranks} ranks x {_gib(total / ranks)} each, "
             f"but {_gib(available)} is available there; use a smaller -e, or fewer ranks per node")
+
+
+def check_registered_room(comm, largest):
+    """``-R 1``: raise the same :class:`algorithms.shared_windows.ShmTooSmall` on every rank
+    when the registered vectors of the largest size (:data:`REGISTERED_COPIES` a rank, each
+    ``largest`` bytes) would not fit the node's ``/dev/shm`` (collective)."""
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        check_room(comm, node, REGISTERED_COPIES * -(-largest // PAGE) * PAGE,
+                   f"-R 1 at the largest size ({REGISTERED_COPIES} registered vectors of {largest} B a rank)",
+                   REGISTERED_FIX)
+    finally:
+        node.Free()
 
 
 def _gib(nbytes):

@@ -7,7 +7,7 @@ and, with ``-I 1``, the ``*_per_iter`` objects; ``out_of_bounds``,
 ``tools/analyze_perf_json.py`` reads it, plus ours: ``summary_by_size`` (bench/summary.py),
 ``allreduce_bench``
 (``complete``: false until the sweep ends) and in each result (``algorithm``,
-``collective``). It is written atomically when the run starts (so a bad path fails
+``transport``: the header's ``# Transport:`` text, ``collective``). It is written atomically when the run starts (so a bad path fails
 before the first size, and a killed run never leaves the previous run's file) and again
 after every finished size. The log gets one self-contained JSON object per finished row,
 flushed to disk at once, so a run killed half-way leaves every finished size readable; an

@@ -18,120 +18,12 @@ import time
 import pytest
 
 from conftest import ROOT, mpiexec
-
-RANKS = 3
+from mpi_jobs import RANKS, Job, lines_of, one_line, table_rows
 #: a sweep long enough to be cut part way: rows every few tens of milliseconds, then longer
 SWEEP = ["-m", "bench", "-b", "8K", "-e", "64M", "-f", "2", "-n", "40", "-w", "1", "--algo", "ring,tree",
          "--quiet"]
 SHORT = ["-m", "bench", "-b", "8K", "-e", "64K", "-f", "8", "-n", "3", "-w", "1", "--algo", "ring", "--quiet"]
 END_BOUND = 5.0  # seconds from the fault to the last rank gone
-
-
-def report(**numbers):
-    """Append this case's numbers to $FAULTS_REPORT (JSON lines) when it is set, for
-    tests/scripts/reliability_report.py."""
-    path = os.environ.get("FAULTS_REPORT")
-    if path:
-        case = os.environ.get("PYTEST_CURRENT_TEST", "? (call)").rsplit(" ", 1)[0].split("::")[-1]
-        with open(path, "a") as f:
-            f.write(json.dumps({"case": case, **numbers}) + "\n")
-
-
-def descendants(pid):
-    """Every live process below ``pid`` (the launcher's proxies and the ranks)."""
-    children = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[0] != "Z":
-                children.setdefault(int(fields[1]), []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-class Job:
-    """One ``mpiexec -n RANKS python ARGS`` (or a whole command) with its output in files."""
-
-    def __init__(self, tmp_path, args, ranks=RANKS, env=None, command=None, umask=None):
-        self.out, self.err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
-        command = command or [mpiexec(), "-n", str(ranks), sys.executable, *args]
-        with open(self.out, "w") as out, open(self.err, "w") as err:
-            self.proc = subprocess.Popen(command, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=out,
-                                         stderr=err, start_new_session=True,
-                                         preexec_fn=(lambda: os.umask(umask)) if umask is not None else None)
-        self.started = time.monotonic()
-        self.processes = []
-
-    def stdout(self):
-        return self.out.read_text()
-
-    def stderr(self):
-        return self.err.read_text()
-
-    def wait_until(self, condition, timeout=60):
-        deadline = time.monotonic() + timeout
-        while not condition():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.kill()
-                pytest.fail(f"the condition never held (exit {self.proc.returncode})\n{self.stderr()[-2000:]}")
-            time.sleep(0.02)
-        self.processes = descendants(self.proc.pid)
-
-    def rank_pids(self):
-        """{rank: pid} from the table header's "Using devices" lines."""
-        return {int(r): int(p) for r, p in re.findall(r"#\s+Rank\s+(\d+) Group\s+\d+ Pid\s+(\d+)", self.stdout())}
-
-    def end(self, timeout):
-        """(exit code, seconds from the mark) once mpiexec and every process under it are gone."""
-        self.processes = self.processes or descendants(self.proc.pid)
-        mark = time.monotonic()
-        try:
-            code = self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            pytest.fail(f"still running {timeout} s later (a hang)\n{self.stderr()[-2000:]}")
-        while any(alive(p) for p in self.processes) and time.monotonic() - mark < timeout:
-            time.sleep(0.02)
-        left = [p for p in self.processes if alive(p)]
-        self.kill()
-        seconds = time.monotonic() - mark
-        report(code=code, seconds_to_end=round(seconds, 3), seconds_in_all=round(time.monotonic() - self.started, 3),
-               outlived=len(left), stderr=self.stderr()[-400:])
-        assert left == [], f"processes outlived mpiexec: {left}"
-        return code, seconds
-
-    def kill(self):
-        for pid in [*descendants(self.proc.pid), self.proc.pid]:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.proc.wait()
-
-
-def table_rows(text):
-    """The table's data rows (size, count, ...) in the order printed."""
-    return [line for line in text.splitlines() if line.strip() and line.split()[0].isdigit()]
-
-
-def lines_of(path):
-    return path.read_text().splitlines() if path.exists() else []
 
 
 def check_results(log, document_path, stdout, exact):
@@ -209,12 +101,6 @@ def test_an_error_on_one_rank_ends_every_rank(tmp_path, runner):
 
 
 # ------------------------------------------------------------------ outputs
-
-def one_line(text):
-    lines = [line for line in text.splitlines() if line.strip()]
-    assert len(lines) == 1, text
-    return lines[0]
-
 
 @pytest.mark.parametrize("case", ["log-under-a-file", "log-is-a-folder", "json-under-a-file", "json-is-a-folder",
                                   "same-path"])
@@ -378,6 +264,36 @@ def test_a_bad_setting_is_one_line_and_exit_2(tmp_path, variable, value, message
     job = Job(tmp_path, [*SHORT, "--log", "none"], env={variable: value})
     assert job.end(timeout=60)[0] == 2
     assert one_line(job.stderr()) == f"python -m bench: error: {message} (on ranks 0, 1, 2)"
+
+
+BAD_TUNING = {
+    "not-json": ("{not json", "not valid JSON (Expecting property name enclosed in double quotes: line 1 column 2 "
+                              "(char 1))"),
+    "missing": (None, "cannot be read (No such file or directory)"),
+    "a-folder": ("", "cannot be read (Is a directory)"),
+    "not-a-table": ('{"schema": "other"}', "not a tuning table (schema 'allreduce-tuning/1'; python -m bench tune "
+                                           "writes them)"),
+    "rules-not-a-list": ('{"schema": "allreduce-tuning/1", "rules": 3}', "its rules are not a list of objects"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_TUNING))
+@pytest.mark.parametrize("tool", ["sweep", "perf"])
+def test_a_bad_tuning_file_is_one_line_and_exit_2(tmp_path, case, tool):
+    """ALLREDUCE_TUNING_FILE that auto would read: refused before the first size on every rank."""
+    content, problem = BAD_TUNING[case]
+    path = tmp_path / "tuning.json"
+    if content == "":
+        path.mkdir()
+    elif content is not None:
+        path.write_text(content)
+    args = [*SHORT, "--algo", "ring,auto", "--log", "none"] if tool == "sweep" else [
+        "-m", "bench", "perf", "-o", str(tmp_path / "perf")]
+    job = Job(tmp_path, args, env={"ALLREDUCE_TUNING_FILE": str(path)})
+    assert job.end(timeout=60)[0] == 2 and time.monotonic() - job.started < 15
+    prog = "python -m bench" + (" perf" if tool == "perf" else "")
+    assert one_line(job.stderr()) == f"{prog}: error: ALLREDUCE_TUNING_FILE: {path}: {problem}"
+    assert table_rows(job.stdout()) == []
 
 
 # ------------------------------------------------------------------ topology files, memory, the silent ones

@@ -135,6 +135,11 @@ def report_command(args):
 
 def probe_command(args):
     """Check that ``-o`` can be written (rank 0, before measuring), probe, write the file."""
+    from .shm import settle_before_mpi_init
+
+    refused = settle_before_mpi_init("python -m topology probe")  # before MPI starts
+    if refused:
+        return refused
     from mpi4py import MPI
 
     from algorithms.ending import fail_together

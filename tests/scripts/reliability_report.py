@@ -1,4 +1,5 @@
-"""Run the fault suite (tests/test_faults.py, and the probe's fault cases in tests/test_probe.py)
+"""Run the fault suites (tests/test_faults.py, tests/test_small_shm.py, and the probe's fault cases
+in tests/test_probe.py)
 several times and write results/reliability.md: every case with its outcome in each run and
 how long the job took to end.
 
@@ -27,7 +28,8 @@ from topology.files import write_json_atomically, write_text_atomically  # noqa:
 
 
 #: the fault cases: the whole fault suite, and the probe under load and with impossible figures
-SUITES = ["tests/test_faults.py", "tests/test_probe.py::test_under_load_no_link_exceeds_the_copy_bandwidth",
+SUITES = ["tests/test_faults.py", "tests/test_small_shm.py",
+          "tests/test_probe.py::test_under_load_no_link_exceeds_the_copy_bandwidth",
           "tests/test_probe.py::test_an_impossible_figure_is_measured_again_then_flagged"]
 
 
@@ -55,7 +57,8 @@ def markdown(data, notes):
     lines = ["# Reliability: faults on purpose", "",
              f"{data['date']}, commit {data['machine']['commit']}, {data['machine']['mpi']}, "
              f"{data['machine']['cpu']}, {data['machine']['cores']} cores. The fault cases "
-             f"(`tests/test_faults.py`, and the probe's in `tests/test_probe.py`) run {len(runs)} times "
+             f"(`tests/test_faults.py`, `tests/test_small_shm.py` for a container's small `/dev/shm`, and the "
+             f"probe's in `tests/test_probe.py`) run {len(runs)} times "
              "(`tests/scripts/reliability_report.py`); each case is a real `mpiexec` job.", "",
              "*End* is the time from the fault (the signal, the kill) to the last rank gone, or, where "
              "the fault is inside the job (an error, a setting, a file), the whole job from its start; "
