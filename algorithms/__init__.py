@@ -1,7 +1,8 @@
 """All-reduce over mpi4py on NumPy (host) and CuPy (device) buffers.
 
 * ``allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None)``
-  with ``algorithm`` one of ``ALGORITHMS``: ``"ps"`` (parameter server),
+  with ``algorithm`` one of ``ALGORITHMS`` (the registry's, :mod:`.registry`, and ``"auto"``,
+  which picks among them per call: :mod:`.auto`): ``"ps"`` (parameter server),
   ``"ring"`` (reduce-scatter + all-gather), ``"tree"`` (binomial, or any
   ``topology.Tree`` passed as ``tree=``), ``"bamtree"``/``"kmtree"`` (trees
   matched from link bandwidths, ``bandwidth=``), ``"dbtree"`` (two binary trees),
@@ -16,26 +17,30 @@
   node's ``/dev/shm`` cannot back one, ``ShmTooSmall`` (a ``MemoryError``) on every rank.
 * ``transport_in_use(xp)``: how messages travel (shared memory or CUDA IPC within a
   node, MPI direct or staged through host memory otherwise).
+* ``cost_model(links)``: every algorithm's predicted time on a network of links, ports and
+  uplinks (:mod:`.costs`, :mod:`topology.model`), the model ``auto`` decides by without a table.
 * ``run_together(main, prog)``: run a program's ``main()`` so that an error or a signal on
-  any rank ends every rank within seconds (:mod:`.ending`).
+  any rank ends every rank within seconds (:mod:`topology.ending`).
 
 Imported before ``mpi4py.MPI``, it first settles what ``MPI_Init`` needs of a small
 ``/dev/shm`` (:func:`topology.shm.before_mpi_init`: ``SHM_NOTE`` says what it changed; it
 raises ``MemoryError`` where MPI could not start at all).
 """
 
+from topology.ending import run_together
 from topology.shm import ShmTooSmall, before_mpi_init
 
 SHM_NOTE = before_mpi_init()  # before mpi4py.MPI is first imported: what MPI_Init needs of /dev/shm
 
-from .collectives import (PersistentAllreduce, alloc_registered, all_gather, allreduce, allreduce_init,
+from .collectives import CHOICES as ALGORITHMS  # noqa: E402 (MPI starts with this import)
+from .collectives import (PersistentAllreduce, all_gather, alloc_registered, allreduce, allreduce_init,  # noqa: E402
                           free_registered, reduce_scatter, transport_in_use)
-from .ending import run_together
+from .costs import cost_model  # noqa: E402
 from .executor import WORKSPACE
 from .ops import DTYPES, OPS
-from .registry import ALGORITHMS, needs_bandwidth
+from .registry import needs_bandwidth
 from .ring import chunk_offsets
-from .transport import mpi_is_cuda_aware
+from .transports.mpi import mpi_is_cuda_aware
 
 
 def free_workspace():
@@ -47,5 +52,5 @@ __all__ = [
     "ALGORITHMS", "DTYPES", "OPS",
     "allreduce", "allreduce_init", "PersistentAllreduce", "reduce_scatter", "all_gather",
     "alloc_registered", "free_registered", "chunk_offsets", "free_workspace", "mpi_is_cuda_aware", "needs_bandwidth",
-    "run_together", "transport_in_use", "ShmTooSmall",
+    "run_together", "transport_in_use", "ShmTooSmall", "cost_model",
 ]

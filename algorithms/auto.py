@@ -7,26 +7,28 @@ alike. A table applies to a communicator of its rank and node count; it lists, p
 dtype ("*": any), size ranges and the candidates fastest first, and a call takes the first one
 that can run it; never native MPI for max and min on floating point, where MPI need not give NaN
 for an element that is NaN on one rank, as every algorithm of ours does. Where no table applies,
-the alpha-beta closed forms below decide among our algorithms (seed 000, section 5; the model knows
-nothing of native MPI's, so it never picks it), with alpha per message step and beta per transfer:
-
-    oneshot  (one node)  ceil(M/C) alpha/2 + N M/beta     (C the one-shot buffer)
-    rd       (log2 p + 2[N > p]) (alpha + M/beta)           (p the largest power of two <= N)
-    ring     2(N-1) (alpha + M/(N beta))
-    hier     (K nodes of R ranks, R > 1)  2(R-1)(alpha + M/(10 R beta)) + 2(K-1)(alpha + M/(K beta))
+the cost model decides (:mod:`.costs`: the same model and schedules as ``python -m bench model``),
+on uniform links of the communicator's own nodes: alpha :data:`MODEL_ALPHA_S` per message,
+beta :data:`MODEL_BETA` for every link, every node's port and every rank's memory (what one
+core copies in and out at once, so that ``oneshot``'s N-1 reads take (N-1) M/beta). The model
+knows nothing of native MPI's algorithm, so it never picks it. Auto is a selector over the
+registry (:mod:`.registry`), not one of its algorithms, as MPICH's collective selection is.
 
 :func:`choice` says what a call of a size would run, and why.
 """
 
 import json
-import math
 from collections import Counter
 
 import numpy as np
 from mpi4py import MPI
 
+from topology.model import Network
 from topology.probe import node_numbers
 
+from .costs import SCHEDULES, cost_model
+from .executor import private_comm
+from .registry import ALGORITHMS, needs_bandwidth
 from .settings import setting
 
 SCHEMA = "allreduce-tuning/1"
@@ -35,17 +37,9 @@ MODEL_BETA = 5e9  # bytes per second of one transfer
 CACHED = 1024  # (module, dtype, bytes) choices kept
 
 
-def _registry():
-    from .registry import ALGORITHMS  # which imports this module
-
-    return ALGORITHMS
-
-
 def candidates():
     """The registry's algorithms auto may choose: those that need no bandwidth matrix or tree, native MPI among them."""
-    from .registry import needs_bandwidth
-
-    return [name for name in _registry() if name != "auto" and not needs_bandwidth(name)]
+    return [name for name in ALGORITHMS if not needs_bandwidth(name)]
 
 
 def load_table(path):
@@ -80,9 +74,9 @@ class Choices:
 
     def __init__(self, comm):
         self.size = comm.Get_size()
-        counts = Counter(node_numbers(comm))  # the same on every rank, so every rank decides alike
+        self.node_of = node_numbers(comm)  # the same on every rank, so every rank decides alike
+        counts = Counter(self.node_of)
         self.nodes, self.single_node = len(counts), len(counts) == 1
-        self.per_node = counts[0] if len(set(counts.values())) == 1 else None  # None: nodes of different sizes
         path = setting("ALLREDUCE_TUNING_FILE")
         loaded = None
         if comm.Get_rank() == 0 and path:
@@ -101,6 +95,7 @@ class Choices:
                 self.reason = (f"tuning table {path} is for {loaded.get('ranks')} ranks on {loaded.get('nodes')} "
                                f"node(s), this communicator {self.size} on {self.nodes}: the model decides")
         self._cache = {}
+        self._model = None  # the cost model, made at its first use
 
     def pick(self, xp, dtype, nbytes, op):
         """The function to run for a call of ``nbytes`` of ``dtype`` in module ``xp``'s memory."""
@@ -109,7 +104,7 @@ class Choices:
         if run is None:
             if len(self._cache) >= CACHED:
                 self._cache.clear()
-            run = self._cache[key] = _registry()[self.choose(xp.__name__ != "numpy", dtype.name, nbytes, op)[0]]
+            run = self._cache[key] = ALGORITHMS[self.choose(xp.__name__ != "numpy", dtype.name, nbytes, op)[0]]
         return run
 
     def choose(self, device, dtype, nbytes, op="sum"):
@@ -132,24 +127,20 @@ class Choices:
         names = set(candidates())
         if op in ("max", "min") and np.dtype(dtype).kind == "f":
             names.discard("native")  # MPI's MAX and MIN need not give NaN where one rank has it; ours all do
-        if not self.single_node:
-            names.discard("oneshot")  # it would run recursive doubling
+        if not self.single_node:  # those that would run another algorithm across nodes
+            names -= {name for name in names if getattr(ALGORITHMS[name], "one_node_only", False)}
         return names
 
     def modelled(self, nbytes, usable):
         """The algorithm of least modelled time (module docstring) among ``usable``."""
-        n, m, alpha, beta = self.size, nbytes, MODEL_ALPHA_S, MODEL_BETA
-        if n == 1:
+        if self.size == 1:
             return "ring"
-        p = 1 << (n.bit_length() - 1)
-        times = {"rd": (math.log2(p) + 2 * (n > p)) * (alpha + m / beta),
-                 "ring": 2 * (n - 1) * (alpha + m / (n * beta))}
-        if self.single_node:
-            times["oneshot"] = math.ceil(max(m, 1) / setting("ALLREDUCE_ONESHOT_BYTES")) * alpha / 2 + n * m / beta
-        if self.nodes > 1 and (self.per_node or 0) > 1:
-            r, k = self.per_node, self.nodes
-            times["hier"] = 2 * (r - 1) * (alpha + m / (10 * r * beta)) + 2 * (k - 1) * (alpha + m / (k * beta))
-        return min((t, name) for name, t in times.items() if name in usable)[1]
+        if self._model is None:
+            beta = MODEL_BETA / 1e9
+            self._model = cost_model(Network.uniform(self.size, beta, MODEL_ALPHA_S * 1e6, intra_GBps=beta,
+                                                     nodes=self.node_of, rank_GBps=beta))
+        order = list(SCHEDULES)  # a tie goes to the registry's first (ring before hier on one node)
+        return min((self._model.time(name, nbytes), order.index(name), name) for name in SCHEDULES if name in usable)[2]
 
     def free(self):
         pass
@@ -158,8 +149,6 @@ class Choices:
 def choice(nbytes, dtype="float32", comm=None, device=False, op="sum"):
     """``(algorithm, why)``: what ``algorithm="auto"`` runs for ``nbytes`` of ``dtype`` on ``comm``
     (COMM_WORLD when None), on device memory when ``device``. Collective the first time per communicator."""
-    from .executor import private_comm
-
     private = private_comm(MPI.COMM_WORLD if comm is None else comm)
     return private.resource("auto", Choices).choose(device, np.dtype(dtype).name, int(nbytes), op)
 
@@ -177,4 +166,11 @@ def allreduce(coll, sendbuf, recvbuf):
     choices.pick(coll.xp, sendbuf.dtype, sendbuf.nbytes, coll.op)(coll, sendbuf, recvbuf)
 
 
+def describe(private, transport):
+    """What auto follows (collective the first time: it reads the tuning table), then the transport."""
+    return f"per size, as {private.resource('auto', Choices).choose(False, 'float32', 8)[1]}; {transport}"
+
+
 allreduce.bind = bind
+allreduce.describe = describe
+allreduce.by_name_only = True  # it runs the others

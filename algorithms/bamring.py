@@ -55,3 +55,13 @@ def _ring_order(matrix):
 allreduce.prepare = prepare
 allreduce.needs_bandwidth = lambda: True
 allreduce.needs_plan = True  # never run without its order (the common case of collectives.allreduce)
+
+
+def _found_order(model):
+    """The model's bottleneck ring, or the ranks' own order on uniform links (every order alike)."""
+    found = model.bottleneck_ring()
+    return np.arange(model.n) if found is None else np.asarray(found.order, dtype=np.int64)
+
+
+allreduce.schedule = ring.schedule_around(_found_order, """The ring in the order whose slowest link is
+    fastest (topology.rings): the ring's closed form, its beta that slowest link.""")

@@ -9,20 +9,22 @@ rank instead of hanging. ``check`` itself must be the same on all ranks.
 import numpy as np
 from mpi4py import MPI
 
-from . import ring
+from . import auto, ring
 from .agreement import FIELDS, agree
 from .arrays import array_module, check_vector, overlaps, same_memory
 from .executor import LAST_CALL, LAST_USED, private_comm
 from .ops import DTYPE_INDEX, DTYPES, OPS, check_op_dtype, dtype_index, op_index
 from .plans import tree_for
-from .registered import Registry
 from .registry import ALGORITHMS
+from .transports.registered import Registry
 
 _KINDS = ("allreduce", "reduce_scatter", "all_gather")
+#: every name ``algorithm=`` takes: the registry's algorithms, and ``auto``, which picks among them per call
+CHOICES = {**ALGORITHMS, "auto": auto.allreduce}
 _NDARRAY, _WORLD = np.ndarray, MPI.COMM_WORLD
 RUNNERS = 256  # common-case calls kept per communicator, by shape (each keeps its plan and views)
 SAME_VECTORS_BYTES = 64 << 10  # the last call's vectors up to this size are referenced (LAST_CALL)
-_TREELESS = {name: run for name, run in ALGORITHMS.items()  # those that can run without a tree or plan
+_TREELESS = {name: run for name, run in CHOICES.items()  # those that can run without a tree or plan
              if not hasattr(run, "tree_method") and not getattr(run, "needs_plan", False)}
 
 
@@ -31,7 +33,7 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None, c
     """Reduce ``sendbuf`` over all ranks of ``comm`` with ``op``; every rank gets the result.
 
     ``recvbuf=None`` or ``recvbuf is sendbuf`` means in place. Ops: sum, prod,
-    max, min, avg (floating only). ``algorithm`` is a key of ``ALGORITHMS``.
+    max, min, avg (floating only). ``algorithm`` is a key of ``CHOICES``.
     Tree algorithms take ``tree=`` (a ``topology.Tree``) or ``bandwidth=`` (an
     S x S matrix in GB/s or a probe file) to build theirs from: ``"tree"`` is
     binomial without either, ``"bamtree"`` and ``"kmtree"`` need one of them;
@@ -87,7 +89,7 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None, c
     else:
         coll, result, plan = _prepare("allreduce", sendbuf, op, algorithm, comm, check,
                                       _allreduce_validation(sendbuf, recvbuf, op, algorithm, tree, bandwidth))
-        run, key = ALGORITHMS[algorithm], None
+        run, key = CHOICES[algorithm], None
     if plan is not None:
         run(coll, sendbuf, result, plan)
     else:
@@ -109,7 +111,7 @@ def allreduce_init(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=No
     memory while it is in use, and every rank calls it in the same order as its other collectives."""
     coll, result, plan = _prepare("allreduce", sendbuf, op, algorithm, comm, True,
                                   _allreduce_validation(sendbuf, recvbuf, op, algorithm, tree, bandwidth))
-    return PersistentAllreduce(sendbuf, result, coll.runner(ALGORITHMS[algorithm], sendbuf.size, sendbuf.dtype, plan))
+    return PersistentAllreduce(sendbuf, result, coll.runner(CHOICES[algorithm], sendbuf.size, sendbuf.dtype, plan))
 
 
 class PersistentAllreduce:
@@ -184,19 +186,18 @@ def all_gather(sendbuf, recvbuf=None, *, comm=None, check=True):
 def transport_in_use(xp, comm=None, algorithm=None):
     """How our collectives move buffers of array module ``xp`` (``numpy`` or ``cupy``) on
     ``comm``, in words: the transport, and why when CUDA IPC or shared memory could not be
-    used; with ``algorithm``, what that algorithm says of its own resources (``oneshot``'s
-    window). Collective the first time for each communicator and module (it may set up
-    shared memory)."""
+    used; with ``algorithm``, as that algorithm describes itself on it (native MPI's own
+    collective, auto's table, oneshot's window). Collective the first time for each
+    communicator and module (it may set up shared memory)."""
     private = private_comm(MPI.COMM_WORLD if comm is None else comm)
     text = private.transport(xp).describe()
-    setup = getattr(ALGORITHMS.get(algorithm), "setup", None)
-    note = setup(private) if setup is not None else None
-    return f"{text}; {algorithm} runs {note}" if note else text
+    describe = getattr(CHOICES.get(algorithm), "describe", None)
+    return describe(private, text) if describe is not None else text
 
 
 def alloc_registered(count, dtype="float32", comm=None):
     """A ``count``-element NumPy vector (uninitialised) in memory the ranks of this node share,
-    which our collectives on ``comm`` send without copying it (:mod:`.registered`), like NCCL's
+    which our collectives on ``comm`` send without copying it (:mod:`.transports.registered`), like NCCL's
     registered buffers. Collective over ``comm``; each rank may ask for its own ``count``; a bad
     argument on any rank raises on every rank. Freed by :func:`free_registered`, or with
     ``comm`` (at exit for COMM_WORLD)."""
@@ -232,9 +233,9 @@ def _allreduce_validation(sendbuf, recvbuf, op, algorithm, tree, bandwidth):
     def validate(rank, size):
         result = _result_buffer(sendbuf, recvbuf, sendbuf.size)
         check_op_dtype(op, sendbuf.dtype)
-        run = ALGORITHMS.get(algorithm)
+        run = CHOICES.get(algorithm)
         if run is None:
-            raise ValueError(f"unknown algorithm {algorithm!r}; choices: {', '.join(ALGORITHMS)}")
+            raise ValueError(f"unknown algorithm {algorithm!r}; choices: {', '.join(CHOICES)}")
         method = getattr(run, "tree_method", None)
         if method is None:
             prepare = getattr(run, "prepare", None)
@@ -308,7 +309,7 @@ def _fields(name, count, sendbuf, op, algorithm, plan):
         "count": count,
         "dtype": _field(lambda: dtype_index(sendbuf.dtype)),
         "op": _field(lambda: op_index(op)) if op is not None else 0,
-        "algorithm": _field(lambda: list(ALGORITHMS).index(algorithm)) if algorithm else 0,
+        "algorithm": _field(lambda: list(CHOICES).index(algorithm)) if algorithm else 0,
         "tree": plan.digest() if plan is not None else 0,
     }
 
@@ -349,7 +350,7 @@ def _describe(field, value):
         "collective": _KINDS,
         "dtype": [dt.name for dt in DTYPES],
         "op": list(OPS),
-        "algorithm": list(ALGORITHMS),
+        "algorithm": list(CHOICES),
     }.get(field)
     if names is not None and 0 <= value < len(names):
         return repr(names[value])

@@ -7,14 +7,17 @@ inner node of one tree is a leaf of the other (for an even rank count), so every
 reduces and forwards about half the vector, where one tree leaves that all to its inner
 nodes: with 2 ranks one tree's root reduces the whole vector, and each of two trees' roots
 half of it, as in the ring. Time: a pipelined tree's, each tree on M/2, where the two
-trees' links differ (``bench.model`` adds up a link both use).
+trees' links differ (the cost model adds up a link both use: :func:`schedule`).
 """
 
 import functools
 
+import numpy as np
+
 from topology import double_binary_trees
 
 from . import tree
+from .layout import SEGMENT_BYTES
 
 
 @functools.lru_cache(maxsize=16)
@@ -24,3 +27,17 @@ def _trees(size):
 
 def allreduce(coll, sendbuf, recvbuf):
     tree.allreduce(coll, sendbuf, recvbuf, _trees(coll.size))
+
+
+def _edges(size):
+    return [np.array([pair for level in t.levels for pair in level], dtype=np.int64).reshape(-1, 2)
+            for t in _trees(size)]
+
+
+def schedule(model, m):
+    """Each tree on M/2 in S segments, pipelined: S + 2H - 1 periods (H the taller tree's
+    height), in each every edge of both trees carrying a segment both ways."""
+    return model.pipelined(("dbtree",), _edges(model.n), m / 2, SEGMENT_BYTES)
+
+
+allreduce.schedule = schedule

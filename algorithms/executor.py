@@ -13,49 +13,11 @@ import functools
 import sys
 
 from mpi4py import MPI
-from topology.shm import SHM_FIX, ShmTooSmall
 
-from .arrays import host_buffer, is_device, same_memory
+from .arrays import host_buffer, same_memory
 from .ops import combiner
-from .cuda_ipc import IpcUnavailable
-from .settings import agree_settings, setting
-from .shared_memory import SharedMemoryTransport
-from .shared_windows import warn_once
-from .transport import DirectTransport, StagedTransport, mpi_is_cuda_aware
-
-TRANSPORTS = {"direct": DirectTransport, "staged": StagedTransport, "shm": SharedMemoryTransport}
-
-
-def choose_transport(xp):
-    """The kind of transport for buffers of module ``xp``: a key of :data:`TRANSPORTS`.
-
-    Host buffers go through the node's shared memory (MPI between nodes); device buffers
-    through CUDA IPC within a node and, between nodes, straight to a CUDA-aware MPI or
-    staged through host memory. ``ALLREDUCE_TRANSPORT=direct|staged|shm`` overrides it
-    (``shm`` means CUDA IPC for device buffers).
-    """
-    forced = setting("ALLREDUCE_TRANSPORT")
-    return "shm" if forced == "auto" else forced
-
-
-def build_transport(private, xp):
-    """The transport for module ``xp`` on ``private``'s communicator (collective). When CUDA
-    IPC cannot be set up on some rank, or the node's ``/dev/shm`` cannot back the slots, every
-    rank falls back to MPI and ``note`` says why (the latter also once on stderr)."""
-    mpi = DirectTransport if not is_device(xp) or mpi_is_cuda_aware() else StagedTransport
-    kind = choose_transport(xp)
-    if kind != "shm":
-        return TRANSPORTS[kind](private, xp, WORKSPACE)
-    try:
-        return SharedMemoryTransport(private, xp, WORKSPACE, mpi)
-    except IpcUnavailable as exc:
-        note = f"no CUDA IPC ({exc})"
-    except ShmTooSmall as exc:  # raised on every rank alike, before any slot was touched
-        note = f"no shared memory: {exc.short}"
-        warn_once(private.comm, f"{note}; messages within a node go through MPI instead; for shared memory, {SHM_FIX}")
-    transport = mpi(private, xp, WORKSPACE)
-    transport.note = note
-    return transport
+from .settings import agree_settings
+from .transports import build_transport
 
 
 class Workspace:
@@ -140,7 +102,7 @@ class Private:
         """The transport for module ``xp`` on this communicator, built on first use (collective)."""
         transport = self.transports.get(xp.__name__)
         if transport is None:
-            transport = self.transports[xp.__name__] = build_transport(self, xp)
+            transport = self.transports[xp.__name__] = build_transport(self, xp, WORKSPACE)
         return transport
 
     def resource(self, name, build):

@@ -41,6 +41,7 @@ Collectives on the sub-communicators never call ``finish``: ``avg`` is summed he
 divided once by the whole rank count by the caller (:meth:`Collective.finish`).
 """
 
+import math
 import zlib
 
 import numpy as np
@@ -51,7 +52,7 @@ from topology import BandwidthMatrix, build_tree
 from . import ring
 from . import tree as tree_executor
 from .executor import Private, private_comm
-from .layout import chunk_offsets
+from .layout import SEGMENT_BYTES, chunk_offsets
 from .plans import from_bandwidth, matrix_key
 from .settings import setting
 
@@ -305,3 +306,62 @@ def _checked(matrix):
 
 allreduce.prepare = prepare
 allreduce.needs_bandwidth = lambda: setting("ALLREDUCE_HIER_ACROSS") == "bamtree"
+
+
+def schedule(model, m):
+    """L pieces of M/L (L the largest node's ranks); node k reduce-scatters (and all-gathers)
+    them on its ring in ceil(L/n_k) rounds of n_k - 1 steps of a piece; the pieces cross the
+    nodes in waves of the smallest node's n pieces, each piece on its owners' ring (or BAM
+    tree, ``model.across``), the owners of a wave at once, sharing their nodes' ports. Nodes of
+    R ranks: 2(R-1)(alpha_i + M/(R beta_i)) + 2(K-1)(alpha + M/(K beta)) on uniform links."""
+    groups = sorted(model.network.node_ranks(), key=lambda g: g[0])  # hier's nodes: by first rank
+    k, sizes = len(groups), [len(g) for g in groups]
+    pieces = max(sizes)
+    piece = m / pieces
+    parts = []
+    within = None
+    for n in sorted(set(sizes) - {1}):  # the nodes of n ranks, at once: no port between them
+        rings = [g for g in groups if len(g) == n]
+        phase = model.phase(("hier", "within", n), lambda rings=rings: (
+            np.concatenate(rings), np.concatenate([np.roll(g, -1) for g in rings])))
+        steps, t = 2 * math.ceil(pieces / n) * (n - 1), phase.time(piece)
+        if within is None or steps * t.seconds > within[0] * within[1].seconds:
+            within = (steps, t)
+    if within:
+        parts.append((within[0], "within nodes", within[1]))
+    if k == 1:
+        return parts
+    wave = min(sizes)
+    for w in range(math.ceil(pieces / wave)):
+        owners_of = np.array([[g[p % len(g)] for g in groups] for p in range(w * wave, min(pieces, (w + 1) * wave))])
+        label = "across nodes" if w == 0 else f"across nodes, wave {w + 1}"
+        if model.across == "ring":
+            ring_phase = model.phase(("hier", "ring", w), lambda o=owners_of: (o.ravel(), np.roll(o, -1, axis=1).ravel()))
+            parts.append((2 * (k - 1), label, ring_phase.time(piece / k)))
+            continue
+        edges = model.kept(("hier", "edges", w), lambda o=owners_of: _across_edges(model, groups, o))
+        tree_parts = model.pipelined(("hier", "bamtree", w), [edges], piece, SEGMENT_BYTES)
+        parts += [(c, f"{label}: {name}", t) for c, name, t in tree_parts]
+    return parts
+
+
+def _across_edges(model, groups, owners_of):
+    """The (parent, child) rows of hier's BAM tree over the nodes (on the links between their
+    first ranks, rooted at the node of rank 0), for each piece of a wave on its owners."""
+    tree = model.kept(("hier", "bamtree"), lambda: build_tree(_between_nodes(model, groups), root=0, method="bam"))
+    levels = []
+    for level in tree.levels:
+        pairs = np.array(level).reshape(-1, 2)
+        levels.append(np.stack([owners_of[:, pairs[:, 0]].ravel(), owners_of[:, pairs[:, 1]].ravel()], axis=1))
+    return np.concatenate(levels)
+
+
+def _between_nodes(model, groups):
+    if not model.network.has_matrix:
+        return model.network.node_matrix()
+    firsts = [int(g[0]) for g in groups]
+    pick = np.ix_(firsts, firsts)
+    return BandwidthMatrix(model.matrix.bandwidth[pick], model.matrix.latency[pick])
+
+
+allreduce.schedule = schedule

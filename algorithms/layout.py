@@ -23,6 +23,11 @@ def chunk_offsets(count, parts):
     return tuple(i * base + min(i, extra) for i in range(parts + 1))
 
 
+def segments(nbytes):
+    """S: the pipeline segments of an ``nbytes`` vector (:data:`SEGMENT_BYTES` each at most)."""
+    return max(1, -(-int(nbytes) // SEGMENT_BYTES))
+
+
 @functools.lru_cache(maxsize=256)
 def segment_offsets(count, itemsize):
     """Offsets of the pipeline segments of a ``count``-element vector: as few as keep each

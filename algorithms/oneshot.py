@@ -21,17 +21,19 @@ ranks span nodes, or for CuPy buffers, it is recursive doubling (:mod:`.recursiv
 """
 
 import functools
+import math
 import os
 import platform
 
 import numpy as np
 from mpi4py import MPI
+
 from topology.shm import ShmTooSmall
 
 from . import recursive_doubling
 from .settings import setting
-from .shared_memory import LINE, SPINS_BEFORE_YIELD
-from .shared_windows import allocate_shared, warn_once
+from .transports.shared_windows import allocate_shared, warn_once
+from .transports.shm_window import LINE, SPINS_BEFORE_YIELD
 
 VIEWS = 256  # rounds (with their views of the buffers) kept, one per shape
 #: whether stores and loads may be seen out of order by the other cores (not on x86-64: TSO)
@@ -165,13 +167,33 @@ def allreduce(coll, sendbuf, recvbuf):
         window.round_for(piece.dtype, piece.size)(piece, recvbuf[lo:lo + step], coll.combine)
 
 
-def setup(private):
-    """Make the node's window now (collective; the first call would), and say why oneshot runs
-    recursive doubling where ``/dev/shm`` could not back it (None otherwise)."""
-    if private.comm.Get_size() == 1:
-        return None
-    return private.resource("oneshot", OneShotWindow).note
+def describe(private, transport):
+    """``transport``, and why oneshot runs recursive doubling where ``/dev/shm`` could not back
+    its window (made here, collective, as the first call would)."""
+    note = private.resource("oneshot", OneShotWindow).note if private.comm.Get_size() > 1 else None
+    return f"{transport}; oneshot runs {note}" if note else transport
+
+
+#: a round's start-up in messages: one counter written and polled in shared memory, no message
+#: (bench perf, 8 B on 2 ranks: oneshot 2.06 us, rd's one message 3.57 us)
+ROUND_MESSAGES = 0.5
+
+
+def schedule(model, m):
+    """On one node, ceil(M/C) rounds (C the one-shot buffer), in each every rank reading every
+    other's piece at once, a round starting in half a message's time (a counter in shared
+    memory, no message): ceil(M/C)(alpha/2 + C/beta) where the reads share nothing but their
+    links, (N-1) M/beta where each rank's memory takes its reads one after another; across
+    nodes, recursive doubling."""
+    if len(model.network.node_ranks()) > 1:
+        return recursive_doubling.schedule(model, m)
+    rounds = max(1, math.ceil(m / setting("ALLREDUCE_ONESHOT_BYTES")))
+    src, dst = (a.ravel() for a in np.meshgrid(np.arange(model.n), np.arange(model.n), indexing="ij"))
+    phase = model.phase(("oneshot",), lambda: (src[src != dst], dst[src != dst]))
+    return [(rounds, "round", phase.time(m / rounds, ROUND_MESSAGES))]
 
 
 allreduce.bind = bind
-allreduce.setup = setup
+allreduce.describe = describe
+allreduce.one_node_only = True  # across nodes it runs recursive doubling
+allreduce.schedule = schedule

@@ -58,11 +58,17 @@ def check_op_dtype(op, dtype):
         raise TypeError(f"op 'avg' needs a floating dtype, got {np.dtype(dtype).name}; use 'sum'")
 
 
+#: NumPy ufuncs whose output may be passed positionally (NumPy 2.4 deprecates that for
+#: maximum and minimum, which take more than two inputs one day)
+_POSITIONAL_OUT = {"add", "multiply"}
+
+
 def combiner(xp, op):
     """``combine(a, b, out)``: ``out = a (op) b`` element-wise in array module ``xp``. For
-    NumPy the ufunc itself, its output positional (a 2-element add: 0.34 us, against 0.59 us
-    with ``out=``); for another module its ufunc called with ``out=``, the form CuPy documents."""
+    NumPy's add and multiply the ufunc itself, its output positional (a 2-element add: 0.34 us,
+    against 0.59 us with ``out=``); otherwise the ufunc called with ``out=``, the form CuPy
+    documents."""
     ufunc = getattr(xp, OPS[op])
-    if xp is np:
+    if xp is np and OPS[op] in _POSITIONAL_OUT:
         return ufunc
     return lambda a, b, out: ufunc(a, b, out=out)

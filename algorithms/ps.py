@@ -5,7 +5,9 @@ The root moves 2(N-1)M bytes, so T ~ 2(N-1)(alpha + M/beta). Workers send in
 segments (:func:`layout.segment_offsets`), so the root needs one segment of workspace.
 """
 
-from .layout import segment_offsets
+import numpy as np
+
+from .layout import segment_offsets, segments
 
 ROOT = 0
 
@@ -28,3 +30,17 @@ def allreduce(coll, sendbuf, recvbuf):
             coll.combine(partial, incoming, partial)
     for dest in workers:
         coll.send(recvbuf, dest)
+
+
+def schedule(model, m):
+    """The workers stream their vectors to the root at once, S messages each, sharing its
+    ingress; the root sends the result to one worker after another:
+    S alpha + (N-1) M/beta + (N-1)(alpha + M/beta) on uniform links."""
+    workers = np.arange(1, model.n)
+    root = np.zeros_like(workers)
+    up = model.phase(("ps", "up"), lambda: (workers, root)).time(m, segments(m))
+    down = model.phase(("ps", "down"), lambda: (root, workers), concurrent=False).time(m)
+    return [(1, "up", up), (1, "down", down)]
+
+
+allreduce.schedule = schedule

@@ -17,6 +17,8 @@ is never copied first (every rank combines at least once, or receives the result
 
 import functools
 
+import numpy as np
+
 from .layout import segment_offsets
 
 
@@ -116,3 +118,28 @@ def allreduce(coll, sendbuf, recvbuf):
 
 
 allreduce.bind = bind
+
+
+def schedule(model, m):
+    """log2 p steps of all pairs exchanging M (p the largest power of two <= N), plus the
+    fold in and out when N > p: (log2 p + 2[N > p])(alpha + M/beta) on uniform links."""
+    n = model.n
+    p = 1 << (n.bit_length() - 1)
+    extra = n - p
+    real = np.array([2 * v + 1 if v < extra else v + extra for v in range(p)])
+    parts = []
+    evens = np.arange(extra) * 2
+    if extra:
+        parts.append((1, "fold in", model.phase(("rd", "in"), lambda: (evens, evens + 1)).time(m)))
+    mask = 1
+    while mask < p:
+        v = np.arange(p)
+        step = model.phase(("rd", mask), lambda v=v, k=mask: (real[v], real[v ^ k]))
+        parts.append((1, f"step {mask}", step.time(m)))
+        mask <<= 1
+    if extra:
+        parts.append((1, "fold out", model.phase(("rd", "out"), lambda: (evens + 1, evens)).time(m)))
+    return parts
+
+
+allreduce.schedule = schedule

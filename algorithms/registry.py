@@ -1,6 +1,8 @@
-"""The registry: algorithm name -> ``run(coll, sendbuf, recvbuf)``.
+"""The registry: algorithm name -> ``run(coll, sendbuf, recvbuf)``, the only list of the algorithms.
 
-Adding an algorithm is one module with such a function plus one line here.
+Adding an algorithm is one module with such a function plus one line here; the entry point
+(:mod:`.collectives`), ``auto``'s candidates (:mod:`.auto`, a selector over this registry, not
+in it), the cost model (:mod:`.costs`), the benchmark's ``--algo`` and its tools read it.
 A function with a ``tree_method`` attribute also takes the ``topology.Tree`` to run,
 built by that ``topology.build_tree`` method unless the caller passes one. A function with
 a ``prepare(size, tree, bandwidth, name)`` attribute checks those arguments itself, and what
@@ -9,11 +11,16 @@ its ``needs_bandwidth()``, when it has one, says whether it needs ``bandwidth=``
 and ``needs_plan`` that it never runs without what ``prepare`` returns. A ``bind(coll, count, dtype)``
 attribute returns ``run(sendbuf, recvbuf)`` for vectors of that shape with what every such call
 repeats done once; the entry point keeps one per shape and calls it on the repeats. A
-``setup(private)`` attribute makes what the algorithm keeps on a communicator now (collective)
-and returns a note for its description (:func:`.collectives.transport_in_use`), or None.
+``describe(private, transport)`` attribute says in words what carries the algorithm on a
+communicator, given the transport's own words (:func:`.collectives.transport_in_use`;
+collective: it may make what the algorithm keeps there). ``by_name_only`` marks one that the
+benchmark's ``--algo all`` leaves out (native MPI through our entry point), ``one_node_only``
+one that runs another algorithm across nodes (so ``auto`` does not choose it there). A
+``schedule(model, nbytes)`` attribute says how it runs, as phases of concurrent transfers, for
+the cost model (:mod:`topology.model.model`); without one it is not modelled.
 """
 
-from . import auto, bamring, double_tree, hier, native, oneshot, ps, recursive_doubling, ring, tree
+from . import bamring, double_tree, hier, native, oneshot, ps, recursive_doubling, ring, tree
 
 ALGORITHMS = {
     "ps": ps.allreduce,
@@ -27,14 +34,13 @@ ALGORITHMS = {
     "hier": hier.allreduce,
     "oneshot": oneshot.allreduce,
     "native": native.allreduce,
-    "auto": auto.allreduce,
 }
 
 
 def needs_bandwidth(name):
     """Whether algorithm ``name`` builds what it runs on from a bandwidth matrix (``bandwidth=``):
     the matched trees, bamring, and hier with ALLREDUCE_HIER_ACROSS=bamtree."""
-    run = ALGORITHMS[name]
+    run = ALGORITHMS.get(name)  # auto, not in the registry, needs none
     method = getattr(run, "tree_method", None)
     if method is not None:
         return method != "binomial"

@@ -23,6 +23,8 @@ once, like a copy, instead of reading its reduced chunk back for a separate
 all-gather. Every element is still reduced in the same order.
 """
 
+import numpy as np
+
 from .layout import chunk_offsets, segment_offsets
 
 __all__ = ["chunk_offsets", "reduce_scatter", "all_gather", "allreduce"]
@@ -189,3 +191,19 @@ def allreduce(coll, sendbuf, recvbuf, order=None):
 
 
 allreduce.bind = bind
+
+
+def schedule_around(order_of, doc):
+    """The ring's schedule (docstring ``doc``) around the order ``order_of(model)`` returns:
+    2(N-1) steps, each rank sending M/N to the next at once."""
+    def schedule(model, m):
+        order = order_of(model)
+        pairs = model.phase(("ring", order.tobytes()), lambda: (order, np.roll(order, -1)))
+        return [(2 * (model.n - 1), "step", pairs.time(m / model.n))]
+    schedule.__doc__ = doc
+    return schedule
+
+
+allreduce.schedule = schedule_around(lambda model: np.arange(model.n), """2(N-1) steps, each rank sending
+    M/N to the next (ranks in order, so only the links between consecutive nodes use ports, one
+    transfer each): 2(N-1)(alpha + M/(N beta)) on uniform links.""")

@@ -21,7 +21,7 @@ one step's messages in the same order (tree by tree), as MPI's ordering needs.
 A leaf sends straight from the send buffer, so nothing is copied first.
 """
 
-from .layout import chunk_offsets, segment_offsets
+from .layout import SEGMENT_BYTES, chunk_offsets, segment_offsets
 
 
 def allreduce(coll, sendbuf, recvbuf, trees):
@@ -92,11 +92,29 @@ class _Role:
         return vector[self.cuts[k]:self.cuts[k + 1]]
 
 
+_TREE_NAMES = {"binomial": "binomial", "bam": "bottleneck-matched (BAM)", "km": "Kuhn-Munkres (KM)"}
+_CLOSED_FORMS = {
+    "binomial": "L = ceil(log2 N) levels: 2L(alpha + s/beta) + (S-1)(alpha + L s/beta) on uniform links, so "
+                "busbw tends to 2(N-1)/N beta/L: a tree never beats its ports.",
+    "bam": "Its levels' bottleneck matchings (topology.matching) set each level's beta.",
+    "km": "Its levels' Kuhn-Munkres matchings (the most bandwidth in sum) set each level's beta.",
+}
+
+
 def built_by(method):
     """The tree all-reduce, registered with the ``topology.build_tree`` method that builds its
     tree: ``"binomial"``, ``"bam"`` (bottleneck-matched) or ``"km"`` (Kuhn-Munkres)."""
     def run(coll, sendbuf, recvbuf, tree):
         allreduce(coll, sendbuf, recvbuf, [tree])
 
+    def schedule(model, m):
+        return model.pipelined(("tree", method), [model.tree_edges(method)], m, SEGMENT_BYTES)
+
+    schedule.__doc__ = f"""The {_TREE_NAMES[method]} tree, pipelined: level by level up then down, then one segment per
+        period, in which every tree edge carries a segment up and one down at once
+        (:meth:`topology.model.Model.pipelined`), so a rank with k children and a parent moves k+1
+        segments through each port. {_CLOSED_FORMS[method]}"""
+
     run.tree_method = method
+    run.schedule = schedule
     return run

@@ -1,45 +1,41 @@
-"""``python -m bench`` runs the sweep; ``python -m bench NAME ...`` the tools (bench/options.py's
-SUBCOMMANDS lists them, and ``python -m bench --help`` shows them).
+"""``python -m bench`` runs the sweep; ``python -m bench NAME ...`` the tools (:data:`bench.tools.TOOLS`
+lists them, and ``python -m bench --help`` shows them).
 
-The sweep and ``perf`` run under mpiexec, so they run together
-(:func:`algorithms.ending.run_together`): an error or a signal on one rank ends every rank.
-Before MPI starts, what it needs of ``/dev/shm`` is settled (:mod:`topology.shm`).
+The sweep, and the tools that run under mpiexec, run together
+(:func:`topology.ending.run_together`): an error or a signal on one rank ends every rank.
+Before MPI starts, what it needs of ``/dev/shm`` is settled (:mod:`topology.shm`), and so is
+what a baseline told its own algorithm reads at ``MPI_Init`` (:meth:`bench.baselines.Baseline.environment`).
 """
 
 import importlib
 import os
 import sys
 
-TOOLS = {"bound": "bench.bound", "compare": "bench.compare", "model": "bench.model", "perf": "bench.perf",
-         "plot": "bench.plot", "scaling": "bench.scaling", "treebuild": "bench.treebuild", "lab": "bench.lab.__main__",
-         "tune": "bench.tune", "mpi-tuning": "bench.mpi_menu", "nccl-tuning": "bench.nccl_menu"}
-UNDER_MPI = {"perf", "tune"}  # tools run on every rank of an MPI job, besides the sweep
+from bench.baselines import BASELINES
+from bench.tools import TOOLS
+from topology.ending import run_together
+from topology.shm import settle_before_mpi_init, world_rank
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] not in TOOLS:  # the sweep: MPI's or NCCL's own algorithm (--algo mpi:NAME, nccl:ALGO/PROTO), set first
-        from bench import mpi_menu, nccl_menu
-
-        for menu in (mpi_menu, nccl_menu):
-            wanted = menu.environment_for(argv, os.environ)
-            if isinstance(wanted, str):
-                print(f"python -m bench: error: {wanted}", file=sys.stderr)
-                return 2
-            os.environ.update(wanted)
-    if argv and argv[0] in TOOLS and argv[0] not in UNDER_MPI:
-        return importlib.import_module(TOOLS[argv[0]]).main(argv[1:])
-    from topology.shm import settle_before_mpi_init
-
-    refused = settle_before_mpi_init("python -m bench" + (f" {argv[0]}" if argv and argv[0] in UNDER_MPI else ""))
+    tool = TOOLS.get(argv[0]) if argv else None
+    if tool is not None and not tool.under_mpi:
+        return importlib.import_module(tool.module).main(argv[1:])
+    prog = "python -m bench" + (f" {argv[0]}" if tool else "")
+    refused = settle_before_mpi_init(prog)
     if refused:
         return refused
-    from algorithms.ending import run_together
-
-    if argv and argv[0] in UNDER_MPI:
-        return run_together(lambda: importlib.import_module(TOOLS[argv[0]]).main(argv[1:]),
-                            f"python -m bench {argv[0]}")
-    return run_together(lambda: importlib.import_module("bench.cli").main(argv), "python -m bench")
+    if tool is None:  # the sweep: what the baselines named in --algo read at MPI_Init, set first
+        for baseline in BASELINES:
+            wanted = baseline.environment(argv, os.environ)
+            if isinstance(wanted, str):  # every rank reads the same argv: rank 0 says it
+                if world_rank() == 0:
+                    print(f"python -m bench: error: {wanted}", file=sys.stderr)
+                return 2
+            os.environ.update(wanted)
+    module = tool.module if tool else "bench.core.sweep"
+    return run_together(lambda: importlib.import_module(module).main(argv[1:] if tool else argv), prog)
 
 
 if __name__ == "__main__":

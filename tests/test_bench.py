@@ -1,7 +1,7 @@
 """The benchmark driver and its tools, run for real (under mpiexec where it takes ranks)."""
 
-import math
 import json
+import math
 import os
 import re
 import shutil
@@ -12,9 +12,9 @@ import time
 
 import numpy as np
 import pytest
+from conftest import ROOT, mpiexec, run_mpi
 
 import algorithms
-from conftest import ROOT, mpiexec, run_mpi
 
 REFERENCE = ROOT / "tests" / "data" / "nccl-tests"  # copies of shared/reference/nccl-tests
 
@@ -257,14 +257,15 @@ def test_compare_unreadable_log(tmp_path):
 
 
 def test_model_reproduces_the_seed_and_reads_a_probe(tmp_path):
+    from algorithms.costs import cost_model
     from algorithms.layout import SEGMENT_BYTES
-    from bench.model import Model, ring_worked_example
+    from bench.tools.model import ring_worked_example
     from topology import seed_example, uniform
 
     volume, bandwidth_term, latency_term = ring_worked_example()
     assert volume == pytest.approx(24.5e9) and bandwidth_term == pytest.approx(0.06125)
     assert latency_term == pytest.approx(0.14e-3)
-    model = Model(uniform(8, 400, 10))
+    model = cost_model(uniform(8, 400, 10))
     assert model.time("ring", 14e9) == pytest.approx(0.06125 + 0.14e-3)
     segments = math.ceil(14e9 / SEGMENT_BYTES)  # workers stream at once, the root answers one by one
     # the 7 workers' streams share the root's port: 7 M / beta, then 7 answers one after another
@@ -276,10 +277,10 @@ def test_model_reproduces_the_seed_and_reads_a_probe(tmp_path):
     # each way (two messages on each direction of the link)
     half = math.ceil(7e9 / SEGMENT_BYTES)
     s = 7e9 / half
-    assert Model(uniform(2, 400, 10)).time("dbtree", 14e9) == pytest.approx(
+    assert cost_model(uniform(2, 400, 10)).time("dbtree", 14e9) == pytest.approx(
         2 * (10e-6 + s / 400e9) + (half - 1) * 2 * (10e-6 + s / 400e9))
-    assert Model(uniform(6, 400, 10)).time("rd", 1e6) == pytest.approx((2 + 2) * (10e-6 + 1e6 / 400e9))
-    seed = Model(seed_example())
+    assert cost_model(uniform(6, 400, 10)).time("rd", 1e6) == pytest.approx((2 + 2) * (10e-6 + 1e6 / 400e9))
+    seed = cost_model(seed_example())
     assert seed.time("bamtree", 1e9) < seed.time("kmtree", 1e9)  # BAM's slowest link 4 beats KM's 3
     cross = model.crossover("ring", "tree")
     assert cross is not None
@@ -317,14 +318,14 @@ def test_scaling_reproduces_the_seed():
 
 
 def test_bucketed_overlap_hides_all_but_the_last_bucket():
-    from bench.scaling import exposed_time
+    from bench.tools.scaling import exposed_time
 
     assert exposed_time(0.01, 10, 1.0) == pytest.approx(0.01)  # each bucket fits behind the next
     assert exposed_time(0.2, 10, 1.0) == pytest.approx(10 * 0.2 + 0.1 - 1.0)  # communication-bound
 
 
 def test_perf_benchmark_writes_every_target(tmp_path):
-    """``bench.perf`` on small sizes (8 B always): one row per size with every candidate timed, each
+    """``python -m bench.perf`` on small sizes (8 B always): one row per size with every candidate timed, each
     target judged (sizes it did not run are judged not met), and the Markdown table."""
     out = tmp_path / "perf"
     proc = run_mpi(2, ["-m", "bench.perf", "-b", "32K", "-e", "64K", "--repeats", "1", "--runs", "3", "-o", str(out)],
@@ -362,7 +363,7 @@ def test_perf_benchmark_writes_every_target(tmp_path):
     assert (targets["ring busbw >= 0.9x native, 32 KiB..256 KiB"]["worst"],
             targets["ring busbw >= 0.9x native, 32 KiB..256 KiB"]["at_bytes"]) == (round(worst[0], 3), worst[1])
     assert targets["ring busbw >= 1.0x native, 256 KiB..256 MiB"]["holds"] is False  # no size in range
-    assert set(data["steady_state_python_bytes"]) == {"ring", "tree", "dbtree", "ps", "rd", "oneshot", "auto"}
+    assert set(data["steady_state_python_bytes"]) == {*(a for a in algorithms.auto.candidates() if a != "native"), "auto"}
     text = (tmp_path / "perf.md").read_text()
     assert "| target | measured (worst) | at bytes | holds | sweep 1 | sweep 2 | sweep 3 |" in text and "| 65536 |" in text
     assert "| ring busbw >= 1.0x native, 256 KiB..256 MiB | size not run |  | **no** | size not run (no) |" in text
@@ -425,12 +426,12 @@ def _kernel_huge_share(array):
 
 
 def test_page_backing_agrees_with_the_kernels_page_flags():
-    """bench.pages' share of a vector in huge pages (from smaps) against the kernel's own flags
+    """bench.core.pages' share of a vector in huge pages (from smaps) against the kernel's own flags
     for each page; a 4 KiB-page vector holds none; the THP setting read from its file."""
     import mmap
 
-    from algorithms.pages import thp_mode
-    from bench.pages import huge_page_share, small_page_vector
+    from algorithms.transports.pages import thp_mode
+    from bench.core.pages import huge_page_share, small_page_vector
 
     huge = 2 << 20
     mapping = mmap.mmap(-1, 9 * huge, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
@@ -456,7 +457,7 @@ def test_page_backing_agrees_with_the_kernels_page_flags():
 
 
 def test_thp_setting_is_the_bracketed_word(tmp_path):
-    from algorithms.pages import thp_mode
+    from algorithms.transports.pages import thp_mode
 
     setting = tmp_path / "enabled"
     setting.write_text("always [madvise] never\n")

@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT
 
 SOURCE = ROOT / "bench" / "probes" / "ring_bound.c"

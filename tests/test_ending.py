@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from algorithms import ending, settings
-from bench.check import check_expected, check_fill
-from bench.memory import bytes_needed, check_memory
-from bench.results import ResultsWriter, read_results
-from topology import BandwidthMatrix
+from algorithms import settings
+from bench.core.check import check_expected, check_fill
+from bench.core.memory import bytes_needed, check_memory
+from bench.formats.results import ResultsWriter, read_results
+from topology import BandwidthMatrix, ending
 
 
 @pytest.mark.parametrize("name,raw,message", [
@@ -58,7 +58,7 @@ def test_a_value_read_at_import_falls_back_and_the_agreement_still_refuses_it(mo
 @pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "int32", "uint64", "float16", "float32", "float64"])
 @pytest.mark.parametrize("op", ["sum", "prod", "max", "min", "avg"])
 def test_the_check_fill_is_its_closed_form(dtype, op):
-    """bench.check builds its vectors by doubling copies; the closed forms by np.arange here."""
+    """bench.core.check builds its vectors by doubling copies; the closed forms by np.arange here."""
     if op == "avg" and np.dtype(dtype).kind != "f":
         return
     for count in (0, 1, 2, 7, 100, 1001):

@@ -16,9 +16,9 @@ import sys
 import time
 
 import pytest
-
 from conftest import ROOT, mpiexec
 from mpi_jobs import RANKS, Job, lines_of, one_line, table_rows
+
 #: a sweep long enough to be cut part way: rows every few tens of milliseconds, then longer
 SWEEP = ["-m", "bench", "-b", "8K", "-e", "64M", "-f", "2", "-n", "40", "-w", "1", "--algo", "ring,tree",
          "--quiet"]
@@ -181,7 +181,7 @@ def test_a_disk_that_fills_mid_run_ends_every_rank_and_keeps_whole_rows(tmp_path
     code, _ = job.end(timeout=120)
     assert code == 1, job.stderr()
     assert re.search(rf"^python -m bench: rank 0: OSError: \[Errno 28\] No space left on device: '{full}/sweep\.jsonl?' "
-                     r"\(bench/results\.py:\d+\)$", job.stderr(), re.M), job.stderr()
+                     r"\(bench/formats/results\.py:\d+\)$", job.stderr(), re.M), job.stderr()
     rows = [json.loads(line) for line in lines_of(log)]  # whole rows only: a cut one was taken back
     saved = json.loads(document.read_text())["results"]
     assert len(rows) >= 3 and [r["size"] for r in saved] == [r["size"] for r in rows[:len(saved)]]
@@ -189,7 +189,7 @@ def test_a_disk_that_fills_mid_run_ends_every_rank_and_keeps_whole_rows(tmp_path
 
 
 def test_an_append_starts_on_a_fresh_line_and_a_cut_row_is_skipped(tmp_path):
-    from bench.results import read_results
+    from bench.formats.results import read_results
 
     log = tmp_path / "sweep.jsonl"
     log.write_text('{"algorithm": "ring", "size": 1, "out_of_place": {}, "in_place": {}}\n{"algorithm": "ri')

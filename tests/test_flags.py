@@ -12,9 +12,8 @@ import sys
 import time
 
 import pytest
-from mpi4py import MPI
-
 from conftest import ROOT, mpiexec, run_mpi
+from mpi4py import MPI
 
 SMALL = ["-b", "8K", "-e", "64K", "-f", "8", "-n", "3", "-w", "1"]
 
@@ -119,9 +118,9 @@ def test_run_cycles_0_runs_until_stopped(tmp_path):
 
 
 def test_aggregated_iterations_run_m_calls_per_iteration():
-    """bench.timing on one process: -n 3 -w 2 -m 4 makes 2 + 3 x 4 calls, each iteration's
+    """bench.core.timing on one process: -n 3 -w 2 -m 4 makes 2 + 3 x 4 calls, each iteration's
     time divided by 4."""
-    from bench.timing import time_calls
+    from bench.core.timing import time_calls
 
     calls = []
     per_iteration = [0.0] * 3
@@ -153,7 +152,7 @@ def test_agg_iters_timestamps_and_cputime_in_table_and_json(tmp_path):
 
 def test_the_tools_read_a_cputime_run(tmp_path):
     """compare and model take -C's cpu_time as the time of its rows."""
-    from bench.tables import significant
+    from bench.formats.tables import significant
 
     document = tmp_path / "run.json"
     proc = bench(2, *SMALL, "-C", "1", "--algo", "ring,mpi", "--log", "none", "-J", str(document), "--quiet")
@@ -274,7 +273,7 @@ def test_gpu_without_a_gpu_says_so_first():
 
 
 def test_every_flag_has_help_without_internal_references():
-    from bench.options import build_parser
+    from bench.core.options import build_parser
 
     parser = build_parser()
     missing = [a.option_strings for a in parser._actions if a.option_strings != ["-h", "--help"] and not a.help]
@@ -284,15 +283,25 @@ def test_every_flag_has_help_without_internal_references():
 
 
 @pytest.mark.parametrize("name", ["compare", "model", "plot", "scaling", "perf", "bound", "treebuild", "lab", "tune",
-                                  "mpi-tuning", "nccl-tuning"])
+                                  "mpi-tuning", "nccl-tuning", "gpu-check"])
 def test_every_subcommand_has_its_own_help(name):
-    from bench.options import SUBCOMMANDS
+    """Each tool of the one table (bench.tools.TOOLS) runs with its own --help, and the sweep's
+    --help lists it."""
+    from bench.tools import TOOLS
 
-    assert name in SUBCOMMANDS
+    assert name in TOOLS
     proc = subprocess.run([sys.executable, "-m", "bench", name, "--help"], cwd=ROOT, capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: ") and "Subcommands (python -m bench NAME" not in proc.stdout
+    listing = build_parser_help()
+    assert re.search(rf"^  {re.escape(name)} +{re.escape(TOOLS[name].help[:30])}", listing, re.M), listing
+
+
+def build_parser_help():
+    from bench.core.options import build_parser
+
+    return build_parser().format_help()
 
 
 def test_the_console_script_runs_the_subcommands(tmp_path):

@@ -5,9 +5,9 @@ what it cannot do is refused with a clear message before anything runs."""
 import json
 
 import pytest
-
 from conftest import run_mpi
-from bench.gloo import DTYPES, problem
+
+from bench.baselines.gloo import DTYPES, problem
 
 needs_torch = pytest.mark.skipif(problem() is not None, reason=problem() or "")
 

@@ -7,9 +7,9 @@ import pytest
 from mpi4py import MPI
 
 import algorithms
-from bench.collectives import COLLECTIVES
-from bench.report import footer, row
-from bench.sizes import parse_size, sweep
+from bench.core.collectives import COLLECTIVES
+from bench.core.sizes import parse_size, sweep
+from bench.formats.report import footer, row
 from topology import Tree, binomial_tree
 
 

@@ -1,4 +1,4 @@
-"""The lower bound on any all-reduce (bench.lower_bound): its closed forms, its minimum cut
+"""The lower bound on any all-reduce (topology.model.lower_bound): its closed forms, its minimum cut
 against every subset by brute force, and no modelled algorithm below it."""
 
 import itertools
@@ -8,10 +8,10 @@ import os
 import numpy as np
 import pytest
 
-from bench.flows import Network
-from bench.lower_bound import Capacities, lower_bound
-from bench.model import ALGORITHMS, Model
+from algorithms.costs import SCHEDULES, cost_model
 from topology import BandwidthMatrix, random_heterogeneous, two_level
+from topology.model import Network
+from topology.model.lower_bound import Capacities, lower_bound
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 M = 64 << 20
@@ -24,7 +24,7 @@ def test_equal_ports_give_the_rings_volume():
         network = Network.uniform(n, 10.0, 0.0)
         bound = lower_bound(network, M)
         assert bound.seconds == pytest.approx(2 * (n - 1) / n * M / 10e9)
-        assert Model(network).time("ring", M) == pytest.approx(bound.seconds)
+        assert cost_model(network).time("ring", M) == pytest.approx(bound.seconds)
 
 
 def test_nodes_are_bound_by_their_ports():
@@ -82,8 +82,8 @@ def test_no_modelled_algorithm_beats_the_bound(index):
     algorithm's modelled time at 1 MiB and 256 MiB is at least the bound."""
     matrices = [random_heterogeneous(6, seed=1), random_heterogeneous(9, seed=2),
                 two_level(3, 2, intra=100, inter=5)] + lab_matrices()
-    model = Model(matrices[index])
+    model = cost_model(matrices[index])
     for size in (1 << 20, 256 << 20):
         bound = model.lower_bound(size).seconds
-        for algorithm in ALGORITHMS:
+        for algorithm in SCHEDULES:
             assert model.time(algorithm, size) >= bound * (1 - 1e-9), (algorithm, size)

@@ -1,17 +1,17 @@
-"""The port-aware model (bench.flows, bench.model): max-min fair sharing on hand-computed cases,
+"""The port-aware cost model (topology.model, its schedules in algorithms/ through algorithms.costs): max-min fair sharing on hand-computed cases,
 each algorithm's closed form on uniform links, ports and uplinks, hier, and the tools' "limited by"."""
 
 import json
-from collections import Counter
 import math
 import re
 import subprocess
 import sys
+from collections import Counter
 
 import numpy as np
 import pytest
-
 from conftest import ROOT
+
 from topology import binomial_tree
 
 ALPHA, BETA = 10e-6, 400e9  # uniform(n, 400, 10): s and B/s
@@ -41,7 +41,7 @@ def matrix(bandwidth, latency=0.0, nodes=None, ports=None, racks=None, uplinks=N
 
 
 def phase(m, src, dst, concurrent=True):
-    from bench.flows import Network, Phase
+    from topology.model import Network, Phase
 
     return Phase(Network.from_matrix(m), src, dst, concurrent)
 
@@ -67,7 +67,7 @@ def test_a_flow_held_by_its_own_link_leaves_the_rest_of_the_port_to_the_other():
 
 
 def test_max_min_on_a_hand_computed_chain_and_its_bottleneck_property():
-    from bench.flows import MaxMin, max_min_rates
+    from topology.model.phases import MaxMin, max_min_rates
 
     # A uses r0 (1), B uses r0 and r1 (2), C uses r1: A = B = 1/2 on r0, C takes the rest of r1
     rates, binding = max_min_rates([[0, -1], [0, 1], [1, -1]], [1.0, 2.0])
@@ -114,9 +114,9 @@ def test_rack_uplinks_are_shared_by_the_transfers_between_racks():
     assert p.time(1e9).resource == ("up", 0) and p.time(1e9).describe() == "up-link of rack 0"
     p = phase(m, [0, 1, 2], [3, 3, 0])
     assert p.rates[2] == pytest.approx(10e9)  # rack 1's up-link alone
-    from bench.model import Model
+    from algorithms.costs import cost_model
 
-    assert Model(m).limit("ring", 1 << 30).kind == "uplink"
+    assert cost_model(m).limit("ring", 1 << 30).kind == "uplink"
 
 
 def test_a_sequential_phase_adds_up_its_transfers():
@@ -133,11 +133,11 @@ SIZES = [8, 1e5, 3e6, 14e9]
 
 @pytest.fixture(scope="module")
 def models():
-    from bench.flows import Network
-    from bench.model import Model
+    from algorithms.costs import cost_model
     from topology import uniform
+    from topology.model import Network
 
-    return {n: (Model(uniform(n, 400, 10)), Model(Network.uniform(n, 400, 10))) for n in RANKS}
+    return {n: (cost_model(uniform(n, 400, 10)), cost_model(Network.uniform(n, 400, 10))) for n in RANKS}
 
 
 def scheduled_tree(tree, m):
@@ -193,23 +193,23 @@ def test_the_uniform_network_agrees_with_the_matrix(models, n):
 
 
 def test_no_tree_beats_its_ports():
-    from bench.model import Model
+    from algorithms.costs import cost_model
     from topology import uniform
 
     for n in list(range(2, 40)) + [64, 100, 128]:
-        model = Model(uniform(n, 400, 10))
+        model = cost_model(uniform(n, 400, 10))
         for algorithm in ("tree", "bamtree", "kmtree", "dbtree"):
             for m in (1e5, 4 << 20, 64 << 20, 1 << 30, 14e9):
                 assert model.busbw(algorithm, m) <= 400 * (1 + 1e-9), (n, algorithm, m)
 
 
 def test_the_binomial_period_carries_the_root_s_children_through_its_port():
-    from bench.model import Model
+    from algorithms.costs import cost_model
     from topology import uniform
 
     for n in (5, 8, 16, 100, 256):
-        model = Model(uniform(n, 10, 5))
-        children = len(model.tree("tree").children(0))
+        model = cost_model(uniform(n, 10, 5))
+        children = len(model.tree("binomial").children(0))
         assert children == math.ceil(math.log2(n))
         for m in (64 << 20, 1 << 30):
             s = m / segments(m)
@@ -221,12 +221,12 @@ def test_the_binomial_period_carries_the_root_s_children_through_its_port():
 
 def test_ports_much_slower_than_the_links_set_the_time():
     """Links 100x the ports: the port closed forms (the same as links equal to the ports)."""
-    from bench.model import Model
+    from algorithms.costs import cost_model
     from topology import uniform
 
     for n in (4, 8, 9):
         fast = matrix(np.full((n, n), 1000.0), latency=10.0, ports={"egress": [10.0] * n, "ingress": [10.0] * n})
-        model, equal = Model(fast), Model(uniform(n, 10, 10))
+        model, equal = cost_model(fast), cost_model(uniform(n, 10, 10))
         beta = 10e9
         for m in (1e5, 64 << 20, 1 << 30):
             assert model.time("ring", m) == pytest.approx(2 * (n - 1) * (ALPHA + m / n / beta))
@@ -241,13 +241,13 @@ def test_ports_much_slower_than_the_links_set_the_time():
 def test_hier_on_nodes_of_ranks_sharing_a_port(nodes, per_node):
     """Fast links within a node, port beta: 2(R-1)(alpha_i + M/(R beta_i)) + 2(K-1)(alpha + M/(K beta));
     across the nodes the R rings share each port, 2(K-1)/K M/beta, as one ring of the nodes."""
-    from bench.flows import Network
-    from bench.model import Model
+    from algorithms.costs import cost_model
     from topology import two_level
+    from topology.model import Network
 
     k, r = nodes, per_node
     two = two_level(k, r, intra=1000, inter=10, intra_latency=1, inter_latency=5)
-    for model in (Model(two), Model(Network.uniform(k * r, 10, 5, r, 1000, 1))):
+    for model in (cost_model(two), cost_model(Network.uniform(k * r, 10, 5, r, 1000, 1))):
         for m in (1e6, 1 << 30):
             inter = 2 * (k - 1) * (5e-6 + m / k / 10e9)
             intra = 2 * (r - 1) * (1e-6 + m / r / 1000e9)
@@ -262,22 +262,22 @@ def test_hier_on_nodes_of_ranks_sharing_a_port(nodes, per_node):
             assert tree >= intra + 2 * (k - 1) / k * m / 10e9 * (1 - 1e-9)  # a tree no faster than the ports
             if k > 1 and r > 1 and m > 1e6:
                 assert model.time("hier", m) < model.time("ring", m)
-    assert Model(two, across="bamtree").time("hier", 1e6) == pytest.approx(Model(two).time("hier", 1e6, "bamtree"))
+    assert cost_model(two, across="bamtree").time("hier", 1e6) == pytest.approx(cost_model(two).time("hier", 1e6, "bamtree"))
     with pytest.raises(ValueError, match="across"):
-        Model(two, across="star")
+        cost_model(two, across="star")
 
 
 def test_hier_on_nodes_of_unequal_sizes():
     """Nodes of 4 and 2 ranks (rank 5 first on the small one's numbering): L = 4 pieces of M/4;
     the big node's ring takes 2 x 3 steps of a piece, the small one 2 rounds of 2 x 1; the
     pieces cross in 2 waves of 2, two rings through each port: 2 x 2 steps of M/8 at beta/2."""
-    from bench.model import Model
+    from algorithms.costs import cost_model
 
     nodes = [1, 1, 1, 1, 0, 0]
     same = np.equal.outer(nodes, nodes)
     m = matrix(np.where(same, 1000.0, 10.0), nodes=nodes, ports={"egress": [10.0, 10.0], "ingress": [10.0, 10.0]})
     m.latency = np.where(same, 1.0, 5.0)
-    model = Model(m)
+    model = cost_model(m)
     for size in (1e6, 1 << 30):
         within = 6 * (1e-6 + size / 4 / 1000e9)
         across = 2 * 2 * (5e-6 + size / 8 / 5e9)
@@ -290,7 +290,7 @@ def test_hier_on_nodes_of_unequal_sizes():
 def test_version_1_files_and_matrices_without_nodes(tmp_path):
     """Each rank a node, its ports its fastest link out and in: receiving from two ranks at
     once shares the faster one's rate."""
-    from bench.model import Model
+    from algorithms.costs import cost_model
     from topology import BandwidthMatrix, random_heterogeneous
 
     het = random_heterogeneous(6, seed=3)
@@ -302,24 +302,24 @@ def test_version_1_files_and_matrices_without_nodes(tmp_path):
     path.write_text(json.dumps(data))
     loaded = BandwidthMatrix.load(path)
     assert loaded.nodes == list(range(6)) and loaded.ports is None
-    model, direct = Model(loaded), Model(het)
+    model, direct = cost_model(loaded), cost_model(het)
     for algorithm in ("ps", "ring", "bamring", "tree", "bamtree", "kmtree", "dbtree", "rd", "hier"):
         assert model.time(algorithm, 1 << 24) == pytest.approx(direct.time(algorithm, 1 << 24))
     b = np.array([[0, 4, 6], [4, 0, 1], [6, 1, 0]], dtype=float)
     p = phase(matrix(b), [1, 2], [0, 0])  # rank 0's ingress port: 6 GB/s, its fastest link in
     assert p.rates.sum() == pytest.approx(6e9) and p.rates == pytest.approx([3e9, 3e9])
-    unlimited = Model(matrix(b), ports="file")
-    assert unlimited.time("ps", 1e9) < Model(matrix(b)).time("ps", 1e9)
+    unlimited = cost_model(matrix(b), ports="file")
+    assert unlimited.time("ps", 1e9) < cost_model(matrix(b)).time("ps", 1e9)
 
 
 # ---------------------------------------------------------------- the tools
 
 def test_1024_ranks_on_10_GBps_ports():
     """The binomial tree cannot beat its port, and the ring overtakes it."""
-    from bench.flows import Network
-    from bench.model import Model
+    from algorithms.costs import cost_model
+    from topology.model import Network
 
-    model = Model(Network.uniform(1024, 10, 5))
+    model = cost_model(Network.uniform(1024, 10, 5))
     for m in (1 << 10, 64 << 10, 4 << 20, 256 << 20, 1 << 30):
         assert model.busbw("tree", m) <= 10
     # the root's port moves L = log2 N segments per period: busbw at most 2(N-1)/N beta / L, and at

@@ -9,15 +9,15 @@ told to use it; a run on our file must then show, at each size, the fingerprint 
 algorithm the file chose there. Open MPI runs from its PyPI wheel in a venv of its own."""
 
 import json
-
-import pytest
-
 import os
 import subprocess
 import sys
 
-from bench.mpi_menu import MENU, OPEN_MPI, default_selection, environment_for, library_path, rules_file, selection_file
+import pytest
 from conftest import ROOT, run_mpi
+
+from bench.baselines.mpi import MENU, OPEN_MPI, environment_for
+from bench.tools.mpi_tuning import default_selection, library_path, rules_file, selection_file
 
 SIZES = (4096, 65536, 1048576)
 FINGERPRINT = ["tests/scripts/allreduce_fingerprint.py", *map(str, SIZES)]

@@ -4,7 +4,6 @@
 import json
 
 import pytest
-
 from conftest import run_mpi
 
 RANK_COUNTS = [1, 2, 3, 4, 5, 8]

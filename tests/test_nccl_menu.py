@@ -14,9 +14,10 @@ import subprocess
 import sys
 
 import pytest
-
-from bench.nccl_menu import LARGEST, environment_for, plugin_choice
 from conftest import ROOT, run_mpi
+
+from bench.baselines.nccl import environment_for
+from bench.tools.nccl_tuning import LARGEST, plugin_choice
 
 VENDOR_LOG = ROOT / "tests" / "data" / "nccl-tests" / "superbench_8xA100_allreduce.log"
 PLUGIN = os.environ.get("NCCL_TUNER_EXAMPLE_PLUGIN")

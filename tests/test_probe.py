@@ -9,8 +9,8 @@ import time
 
 import numpy as np
 import pytest
-
 from conftest import ROOT, run_mpi
+
 from topology import BandwidthMatrix
 from topology.probe import (DISAGREE, LATENCY_SHARE, _cap, _matrices, _measured_pairs, _suspicious_pairs, node_schedule,
                             port_plan, rate, suspicious, tournament)

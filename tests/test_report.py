@@ -7,8 +7,8 @@ import sys
 
 import numpy as np
 import pytest
-
 from conftest import ROOT
+
 from topology import BandwidthMatrix, two_level
 from topology.report import ASYMMETRY, THRESHOLD, findings, heatmap, lines, summary
 

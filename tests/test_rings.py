@@ -108,14 +108,14 @@ def test_bamring_is_modelled_as_the_ring_on_its_slowest_link():
     """bench model: on uniform links bamring is the ring; on links where the ranks' order
     crosses a slow link and another order does not, bamring's time is the ring's closed form
     2(N-1)(alpha + M/(N b)) with b the bottleneck ring's slowest link."""
-    from bench.model import Model
+    from algorithms.costs import cost_model
 
     n, m = 6, 64e6
     w = np.full((n, n), 10.0)
     w[2, 3] = w[3, 2] = 0.5  # on the ranks' ring, not needed by another
     np.fill_diagonal(w, 0.0)
     matrix = BandwidthMatrix(w, np.zeros((n, n)))
-    model = Model(matrix)
+    model = cost_model(matrix)
     ring = bottleneck_ring(matrix)
     assert ring.bottleneck_GBps == 10.0 and ring_bottleneck(w, range(n)) == 0.5
     assert model.time("bamring", m) == pytest.approx(2 * (n - 1) * m / n / 10e9, rel=1e-9)

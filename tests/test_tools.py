@@ -9,15 +9,15 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT, run_mpi
 
 VENDOR = ROOT / "tests" / "data" / "nccl-tests" / "superbench_8xA100_allreduce.log"
 MODELLED = ["ps", "ring", "bamring", "tree", "bamtree", "kmtree", "dbtree", "rd", "hier", "oneshot"]  # bench model's default --algo
 ALGORITHMS = ["ps", "ring", "bamring", "tree", "bamtree", "kmtree", "dbtree", "rd", "hier", "oneshot", "mpi"]
-HELP_FILES = ["bench/compare.py", "bench/model.py", "bench/plot.py", "bench/scaling.py", "bench/bound.py",
-              "bench/perf.py", "bench/treebuild.py", "bench/lab/__main__.py", "bench/gpu_check.py", "bench/tune.py",
-              "bench/mpi_menu.py", "bench/nccl_menu.py"]
+HELP_FILES = ["bench/tools/compare.py", "bench/tools/model.py", "bench/tools/plot.py", "bench/tools/scaling.py",
+              "bench/tools/bound.py", "bench/tools/perf.py", "bench/tools/treebuild.py", "bench/lab/__main__.py",
+              "bench/tools/gpu_check.py", "bench/tools/tune.py", "bench/tools/mpi_tuning.py",
+              "bench/tools/nccl_tuning.py"]
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +139,7 @@ def test_compare_fails_in_one_line_when_no_file_is_readable(not_ours, tmp_path):
 # ---------------------------------------------------------------- model
 
 def test_model_fits_120_columns_and_compares_measured_with_mpi(sweep, probe):
-    from bench.model import Model
+    from algorithms.costs import cost_model
     from topology import BandwidthMatrix
 
     proc = tool("model", "--topology", probe, "-b", "8", "-e", "32K", "-f", "8", "--results", sweep)
@@ -150,7 +150,7 @@ def test_model_fits_120_columns_and_compares_measured_with_mpi(sweep, probe):
                       "measured us", "measured GB/s", "x bound", "vs mpi"]
     assert "bytes" not in proc.stdout and "1 levels" not in proc.stdout
     assert "# tree: 1 level, bottleneck (GB/s) " in proc.stdout  # 2 ranks: one level
-    measured, model = busbw(sweep), Model(BandwidthMatrix.load(probe))
+    measured, model = busbw(sweep), cost_model(BandwidthMatrix.load(probe))
     sizes = [8, 64, 512, 4096, 32768]
     modelled = list(MODELLED) + ["mpi"]  # the model's algorithms (those the sweep ran too have measured cells)
     assert set(ALGORITHMS) <= set(modelled)
@@ -184,7 +184,7 @@ def test_model_uniform_links_without_results():
 # ---------------------------------------------------------------- text helpers
 
 def test_numbers_sizes_and_plurals():
-    from bench.tables import plural, ratio_text, significant, size_label
+    from bench.formats.tables import plural, ratio_text, significant, size_label
 
     assert [ratio_text(r) for r in (0.012, 0.0166, 1.234, 12.34, 216.4)] == \
         ["0.0120x", "0.0166x", "1.23x", "12.3x", "216x"]
@@ -197,7 +197,7 @@ def test_numbers_sizes_and_plurals():
 # ---------------------------------------------------------------- plot
 
 def test_plot_x_tick_labels():
-    from bench.plot import size_tick, size_ticks
+    from bench.tools.plot import size_tick, size_ticks
 
     assert [size_tick(n) for n in (8, 512, 1024, 1 << 20, 1 << 30, 3 << 20, 1000)] == \
         ["8", "512", "1K", "1M", "1G", "3M", "1000"]
@@ -208,7 +208,7 @@ def test_plot_x_tick_labels():
 
 
 def test_plot_log_y_axis_is_chosen_by_the_spread():
-    from bench.plot import wants_logy
+    from bench.tools.plot import wants_logy
 
     assert wants_logy([235.26, 1.1, 0.0005])  # a GPU log beside CPU curves
     assert not wants_logy([0.0, 0.1, 4.9])  # zeros do not count; 49x
@@ -217,7 +217,7 @@ def test_plot_log_y_axis_is_chosen_by_the_spread():
 
 
 def test_plot_default_title():
-    from bench.plot import default_title
+    from bench.tools.plot import default_title
 
     ours = {"collective": "allreduce", "ranks": 2, "hosts": ["vm"], "mpi": "MPICH Version:      5.0.2"}
     assert default_title([ours, {"algorithm": "vendor"}]) == "all-reduce busbw, 2 ranks on vm, MPICH 5.0.2"
@@ -229,7 +229,7 @@ def test_plot_default_title():
 
 
 def test_plot_writes_pngs_with_a_log_axis_where_needed(sweep, not_ours, tmp_path):
-    from bench.plot import plot
+    from bench.tools.plot import plot
 
     png = tmp_path / "vendor.png"
     proc = tool("plot", not_ours, VENDOR, sweep, "-o", png)  # GPU beside CPU: log y, by itself
@@ -267,7 +267,7 @@ def test_every_flag_has_help_that_states_its_default(path):
 HELP_COMMANDS = [["bench", "compare"], ["bench", "model"], ["bench", "plot"], ["bench", "scaling"],
                  ["bench", "bound"], ["bench.perf"], ["bench.treebuild"], ["bench.lab"], ["bench.lab", "up"],
                  ["bench.lab", "run"], ["bench.gpu_check"], ["bench", "tune"], ["bench", "mpi-tuning"],
-                 ["bench", "nccl-tuning"]]
+                 ["bench", "nccl-tuning"], ["bench", "gpu-check"]]
 
 
 @pytest.mark.parametrize("command", HELP_COMMANDS, ids=" ".join)

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from topology import (BandwidthMatrix, Tree, bottleneck, bottleneck_matching,
-                      bottleneck_matching_reference, build_tree, double_binary_trees, max_weight_matching,
-                      random_heterogeneous, seed_example, tree_cost, two_level, uniform)
+from topology import (BandwidthMatrix, Tree, bottleneck, bottleneck_matching, bottleneck_matching_reference, build_tree,
+                      double_binary_trees, max_weight_matching, random_heterogeneous, seed_example, tree_cost,
+                      two_level, uniform)
 from topology.matrix import SEED_EXAMPLE_WEIGHTS
 from topology.probe import tournament
 

@@ -7,8 +7,7 @@ sizes the node's ``/dev/shm`` before MPI starts; it never imports ``algorithms``
 
 from .build import METHODS, build_tree, tree_cost
 from .matching import bottleneck, bottleneck_matching, bottleneck_matching_reference, max_weight_matching
-from .matrix import (BandwidthMatrix, as_matrix, random_heterogeneous, seed_example, two_level,
-                     uniform)
+from .matrix import BandwidthMatrix, as_matrix, random_heterogeneous, seed_example, two_level, uniform
 from .report import findings, heatmap
 from .trees import Tree, binomial_tree, double_binary_trees
 

@@ -3,7 +3,7 @@
 * ``mpiexec -n N python -m topology probe -o FILE.json [-b 8M] [--reps 5] [--warmup 2] [--mode rounds|each]``
   measures every pair of ranks (between nodes, their leaders) and each node's ports, and writes
   the bandwidth matrix (rank 0 writes, atomically). An error or a signal on any rank ends every
-  rank (:mod:`algorithms.ending`).
+  rank (:mod:`topology.ending`).
 * ``python -m topology tree FILE.json [--method bam|km|binomial] [--root R|best]``
   prints the tree built from a matrix, level by level with each level's bottleneck.
 * ``python -m topology report FILE.json [--threshold 0.7] [--asymmetry 1.5] [--heatmap PATH |
@@ -13,12 +13,17 @@
 """
 
 import argparse
+import json
 import os
 import sys
 
+from . import report
 from .build import METHODS, build_tree, tree_cost
+from .ending import fail_together, run_together
+from .files import cannot_write, check_writable
 from .matrix import as_matrix
 from .report import ASYMMETRY, THRESHOLD
+from .shm import settle_before_mpi_init
 from .units import parse_size
 
 
@@ -72,8 +77,6 @@ def main(argv=None):
     if args.command == "probe":
         if args.bytes < 1 or args.reps < 1 or args.warmup < 0:
             p.error("need --bytes >= 1, --reps >= 1, --warmup >= 0")
-        from algorithms.ending import run_together
-
         return run_together(lambda: probe_command(args), "python -m topology probe")
 
     if args.command == "report":
@@ -100,11 +103,6 @@ def main(argv=None):
 
 def report_command(args):
     """Print the findings of ``args.matrix`` (text or JSON) and write its heatmap."""
-    import json
-
-    from . import report
-    from .files import cannot_write, check_writable
-
     name = "python -m topology report"
     try:
         matrix = as_matrix(args.matrix)
@@ -135,16 +133,11 @@ def report_command(args):
 
 def probe_command(args):
     """Check that ``-o`` can be written (rank 0, before measuring), probe, write the file."""
-    from .shm import settle_before_mpi_init
-
     refused = settle_before_mpi_init("python -m topology probe")  # before MPI starts
     if refused:
         return refused
-    from mpi4py import MPI
+    from mpi4py import MPI  # MPI starts here
 
-    from algorithms.ending import fail_together
-
-    from .files import cannot_write, check_writable
     from .probe import probe, stderr_progress
 
     comm = MPI.COMM_WORLD

@@ -6,7 +6,7 @@ HTB byte counters must show the probe's bytes in every shaped class), compare ea
 link and port with its configured rate x GOODPUT, write the health report of the probe
 (``python -m topology report``), run ``python -m bench`` on trees built from the *probed*
 matrix, and set each measured time beside the model's prediction from the same probe
-(``bench.model``; the racks' uplinks, which no probe between pairs sees, come from the lab's
+(``bench.tools.model``; the racks' uplinks, which no probe between pairs sees, come from the lab's
 configuration). The lab comes down after each shape, failure or not. Writes
 ``<out>/<shape>.json``, ``<out>/<shape>-heatmap.png``, ``<out>/summary.md`` and
 ``<out>/busbw.png``.
@@ -26,16 +26,16 @@ import tempfile
 
 import numpy as np
 
+from algorithms.costs import cost_model
 from topology import BandwidthMatrix, build_tree, random_heterogeneous, seed_example
 from topology.files import write_json_atomically, write_text_atomically
 from topology.probe import PERCENTILE
 from topology.report import findings, heatmap, not_judged_text, oversubscribed
 from topology.rings import ring_bottleneck
 
-from ..machine import describe
-from ..model import Model
-from ..results import read_results
-from ..tables import size_label
+from ..core.machine import describe
+from ..formats.results import read_results
+from ..formats.tables import size_label
 from . import network
 
 MIB = 1 << 20
@@ -223,7 +223,7 @@ def run_topology(name, shape, workdir, out, tag, owner=None, sizes=None, probe_b
                 rows.append({**row, "algorithm": HIER_BAM})
     finally:
         network.down(tag, owner)
-    model = Model(with_uplinks(probed, shape))
+    model = cost_model(with_uplinks(probed, shape))
     runs, bounds = [], {}
     for row in rows:
         algo, size = row["algorithm"], row["size"]
@@ -255,7 +255,7 @@ def ring_summary(model, algos):
     """bamring's order from the probed matrix, its slowest link and the ranks' own order's (Mbit/s)."""
     if "bamring" not in algos:
         return None
-    order = [int(r) for r in model.ring_order("bamring")]
+    order = [int(r) for r in model.bottleneck_ring().order]
     w = model.matrix.bandwidth
     return {"order": order, "bottleneck_mbit": round(ring_bottleneck(w, order) * 8000, 1),
             "own_order_bottleneck_mbit": round(ring_bottleneck(w, range(model.n)) * 8000, 1)}

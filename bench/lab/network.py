@@ -18,7 +18,7 @@ classes):
   (child rate = the NIC rate / (K-1), ceil = the link rate), so their sum is capped;
 * on ``<tag>-h<i>`` (what the bridge delivers into node i), with a NIC ingress cap, a class
   ``1:2`` at that rate over one class per sending node j, ``1:<j+16>``, chosen by a u32 filter
-  on j's address, so the senders share the cap in turn (max-min fair, as ``bench.flows``
+  on j's address, so the senders share the cap in turn (max-min fair, as ``topology.model.phases``
   takes a port);
 * on ``<tag>-u<r>`` (traffic leaving rack r) and ``<tag>-c<r>`` (entering it), with an
   uplink rate, the same: a class ``1:2`` at that rate over one class per sending node.
@@ -478,7 +478,7 @@ def _shared_cap(lab, dev, rate, senders):
     namespace: a node's ingress, or a rack's uplink either way) capped at ``rate`` Mbit/s by
     class 1:2, over one class per sending node j (``1:<j+16>``, by a u32 filter on j's address,
     borrowing from 1:2 as the egress classes do), so the senders share the cap in turn, max-min
-    fair as ``bench.flows`` takes a port or an uplink; pure TCP ACKs and non-IP frames (ARP)
+    fair as ``topology.model.phases`` takes a port or an uplink; pure TCP ACKs and non-IP frames (ARP)
     unshaped. (One queue for all senders, tried first, shared it unevenly: a flow starting behind
     a full queue of 1000 frames, 60 ms at 200 Mbit/s, grows its window slowly; the double
     binary tree ran 27% slower than the max-min model, 12-17% with these classes.)"""

@@ -11,11 +11,11 @@ import os
 
 import numpy as np
 import pytest
+from conftest import numpy_reference, rank_input, wrong_elements
 from mpi4py import MPI
 
 import algorithms
 from algorithms.auto import SCHEMA, candidates, choice
-from conftest import numpy_reference, rank_input, wrong_elements
 
 pytestmark = pytest.mark.mpi
 

@@ -6,9 +6,9 @@ import weakref
 
 import numpy as np
 import pytest
+from conftest import options
 
 import algorithms
-from conftest import options
 from topology import binomial_tree
 
 pytestmark = pytest.mark.mpi

@@ -6,12 +6,12 @@ dtype of each item size).
 
 import numpy as np
 import pytest
+from conftest import LARGE_COUNT, counts_for, native_reference, numpy_reference, options, rank_input, wrong_elements
 from mpi4py import MPI
 
 import algorithms
 from algorithms import tree as tree_executor
 from algorithms.executor import private_comm
-from conftest import LARGE_COUNT, counts_for, native_reference, numpy_reference, options, rank_input, wrong_elements
 from topology import Tree, binomial_tree
 
 pytestmark = pytest.mark.mpi

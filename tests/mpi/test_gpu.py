@@ -6,9 +6,9 @@ import os
 
 import numpy as np
 import pytest
+from conftest import counts_for, numpy_reference, options, rank_input, wrong_elements
 
 import algorithms
-from conftest import counts_for, numpy_reference, options, rank_input, wrong_elements
 
 cupy = pytest.importorskip("cupy")
 try:

@@ -10,12 +10,12 @@ import time
 
 import numpy as np
 import pytest
+from conftest import native_reference, numpy_reference, rank_input, wrong_elements
 from mpi4py import MPI
 
 import algorithms
 from algorithms import executor
 from algorithms.hier import layout_of
-from conftest import native_reference, numpy_reference, rank_input, wrong_elements
 from topology import binomial_tree, random_heterogeneous
 
 pytestmark = pytest.mark.mpi

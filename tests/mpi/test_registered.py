@@ -18,9 +18,10 @@ from mpi4py import MPI
 
 import algorithms
 from algorithms.executor import WORKSPACE, Private
-from algorithms.registered import Registry
-from algorithms.shared_memory import VIA_MPI, SharedMemoryTransport
-from algorithms.transport import DirectTransport
+from algorithms.transports.mpi import DirectTransport
+from algorithms.transports.registered import Registry
+from algorithms.transports.shared_memory import SharedMemoryTransport
+from algorithms.transports.shm_window import VIA_MPI
 
 pytestmark = pytest.mark.mpi
 
@@ -318,7 +319,7 @@ def test_bad_registration_calls_raise_on_every_rank(comm):
 def test_the_bench_drivers_R_places_buffers_in_registered_vectors(comm):
     """``python -m bench -R 1`` runs on registered copies of its inputs, freed afterwards."""
     from algorithms.executor import private_comm
-    from bench.cli import placed
+    from bench.core.sweep import placed
 
     registry = private_comm(comm).resource("registered", Registry)
     send, recv = np.arange(1000, dtype=np.int32), np.zeros(7, np.float64)

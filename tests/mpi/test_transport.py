@@ -17,8 +17,9 @@ from mpi4py import MPI
 
 from algorithms import settings
 from algorithms.executor import WORKSPACE, Private
-from algorithms.shared_memory import SLOTS, SharedMemoryTransport
-from algorithms.transport import DirectTransport, StagedTransport
+from algorithms.transports.mpi import DirectTransport, StagedTransport
+from algorithms.transports.shared_memory import SharedMemoryTransport
+from algorithms.transports.shm_window import SLOTS
 
 pytestmark = pytest.mark.mpi
 
@@ -244,7 +245,7 @@ def huge_page_vector(nbytes):
     touched; None when the kernel gave it no huge page (THP off, memory fragmented)."""
     import mmap
 
-    from bench.pages import huge_page_share
+    from bench.core.pages import huge_page_share
 
     huge = 2 << 20
     mapping = mmap.mmap(-1, 2 * huge, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
@@ -263,8 +264,8 @@ def test_a_large_message_goes_by_the_senders_pages(comm, monkeypatch, by_pages):
     piece per slot), one from huge pages through MPI (one posted label), when the kernel can
     tell them apart (PAGEMAP_SCAN); otherwise both go through MPI unannounced. Sent back to
     back, nonblocking, both arrive whole."""
-    from algorithms.pages import PageProbe, thp_mode
-    from bench.pages import small_page_vector
+    from algorithms.transports.pages import PageProbe, thp_mode
+    from bench.core.pages import small_page_vector
 
     probe = PageProbe()
     expect_routed = probe.available and (by_pages == "1" or (by_pages == "auto" and thp_mode() == "never"))
@@ -333,10 +334,10 @@ def test_a_setting_on_one_rank_alone_raises_on_every_rank(comm, monkeypatch, var
 
 
 def test_pages_are_probed_from_the_kernel():
-    """algorithms.pages against bench.pages (from /proc/self/smaps): a 4 KiB-page vector holds
+    """algorithms.transports.pages against bench.core.pages (from /proc/self/smaps): a 4 KiB-page vector holds
     no huge page, a huge-page one is all huge, sub-ranges and single pages included."""
-    from algorithms.pages import PageProbe
-    from bench.pages import small_page_vector
+    from algorithms.transports.pages import PageProbe
+    from bench.core.pages import small_page_vector
 
     probe = PageProbe()
     if not probe.available:
@@ -361,7 +362,7 @@ def test_exchanges_whose_routes_differ(comm, monkeypatch):
     sendrecv_combine against NumPy, then send and recv_combine) from every pair of page
     kinds: each side's message takes its own route (slots from 4 KiB pages, MPI from huge
     pages), and each must arrive whole whatever the other's route."""
-    from bench.pages import small_page_vector
+    from bench.core.pages import small_page_vector
 
     if comm.size < 2:
         pytest.skip("needs two ranks")

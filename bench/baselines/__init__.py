@@ -1,0 +1,22 @@
+"""The baselines ``--algo`` runs beside our algorithms, one module each, listed once here.
+
+Each is a :class:`.base.Baseline` (what the driver asks of it, in order, is there): the MPI
+library's own collectives (:mod:`.mpi`), NCCL's (:mod:`.nccl`), PyTorch's gloo (:mod:`.gloo`).
+A new baseline is one module with such a class and one entry of :data:`BASELINES`.
+"""
+
+from .base import Baseline, Unavailable
+from .gloo import GlooBaseline
+from .mpi import MpiBaseline
+from .nccl import NcclBaseline
+
+#: every baseline, in the order --algo's help and --algo all list them
+BASELINES = (MpiBaseline(), NcclBaseline(), GlooBaseline())
+
+
+def find(name):
+    """The baseline that runs ``--algo`` entry ``name``, or None (one of ours)."""
+    return next((b for b in BASELINES if b.matches(name)), None)
+
+
+__all__ = ["BASELINES", "Baseline", "Unavailable", "find"]

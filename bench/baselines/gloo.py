@@ -1,0 +1,105 @@
+"""The gloo baseline: PyTorch's ``torch.distributed.all_reduce`` on CPU tensors over the gloo
+backend, what CPU users of ``torch.distributed`` get. Optional: it needs torch
+(``pip install -e '.[gloo]'``), imported only for ``--algo gloo``.
+
+One process group over every rank, its rendezvous on a free port of rank 0 at rank 0's
+address (``MASTER_ADDR`` when set, else its host name resolved), sent to every rank over MPI.
+A call wraps the NumPy vector as a tensor without copying it (``torch.from_numpy``) and
+reduces it in place: gloo's all-reduce has no output buffer, so out of place the input is
+first copied into the output, as a user of torch.distributed does. ``avg`` is a sum divided
+by the rank count (gloo has no average).
+"""
+
+import datetime
+import os
+import socket
+
+import numpy as np
+
+from topology.ending import raise_together
+
+from .base import Baseline, Unavailable
+
+#: NumPy dtypes gloo's all-reduce takes on CPU tensors.
+DTYPES = ("int8", "uint8", "int32", "int64", "float16", "float32", "float64")
+_OPS = {"sum": "SUM", "avg": "SUM", "prod": "PRODUCT", "max": "MAX", "min": "MIN"}
+
+
+def problem():
+    """Why gloo cannot run in this process (None when it can)."""
+    try:
+        import torch.distributed as dist
+    except Exception as exc:  # ImportError, or a broken install
+        return f"--algo gloo needs PyTorch (pip install -e '.[gloo]'): {type(exc).__name__}: {exc}"
+    if not (dist.is_available() and dist.is_gloo_available()):
+        return "--algo gloo needs a PyTorch build with torch.distributed and its gloo backend"
+    return None
+
+
+class GlooBaseline(Baseline):
+    """A gloo process group over every rank (made by :meth:`start`, collective)."""
+
+    family = "gloo"
+    help = "gloo (PyTorch's torch.distributed on CPU tensors, when torch is installed)"
+    description = None
+
+    def names(self, collective):
+        return ["gloo"] if collective == "allreduce" else []
+
+    def check(self, args, chosen):
+        if not chosen:
+            return None
+        if args.device != "cpu":
+            return "--algo gloo runs on CPU tensors: it needs --device cpu"
+        lacking = [d for d in args.dtypes if d not in DTYPES]
+        if lacking:
+            return f"--algo gloo has no {', '.join(lacking)} all-reduce; it takes -d {', '.join(DTYPES)}"
+        return None
+
+    def start(self, comm, timeout_s=120):
+        raise_together(comm, problem(), Unavailable)
+        import torch
+        import torch.distributed as dist
+
+        address = None
+        if comm.Get_rank() == 0:
+            host = os.environ.get("MASTER_ADDR") or socket.gethostname()
+            try:
+                host = socket.gethostbyname(host)
+            except OSError:
+                host = "127.0.0.1"
+            with socket.socket() as s:
+                s.bind(("", 0))
+                address = (host, s.getsockname()[1])
+        host, port = comm.bcast(address, root=0)
+        dist.init_process_group("gloo", init_method=f"tcp://{host}:{port}", rank=comm.Get_rank(),
+                                world_size=comm.Get_size(), timeout=datetime.timedelta(seconds=timeout_s))
+        self.torch, self.dist, self.size = torch, dist, comm.Get_size()
+        self.description = f"PyTorch {torch.__version__} torch.distributed, gloo backend (TCP)"
+
+    def runner(self, spec, name, comm, op):
+        """``run(send, recv, check=False) -> result`` of the all-reduce with ``op``."""
+        if spec.name != "allreduce":
+            raise Unavailable(f"--algo gloo runs the all-reduce only, not {spec.name}")
+        torch, dist, size = self.torch, self.dist, self.size
+        reduce_op = getattr(dist.ReduceOp, _OPS[op])
+
+        def run(send, recv, check=False):
+            if send.dtype.name not in DTYPES:
+                raise Unavailable(f"gloo has no {send.dtype.name} all-reduce; it takes {', '.join(DTYPES)}")
+            if recv is not send:
+                np.copyto(recv, send)
+            dist.all_reduce(torch.from_numpy(recv), op=reduce_op)
+            if op == "avg" and size > 1:
+                recv /= size
+            return recv
+        return run
+
+    def transport(self, name, xp):
+        return self.description
+
+    def close(self):
+        """Destroy the process group (before MPI_Finalize)."""
+        if self.description is not None:
+            self.dist.destroy_process_group()
+            self.description = None

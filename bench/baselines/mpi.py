@@ -1,0 +1,149 @@
+"""The ``mpi`` baseline: the MPI library's own ``MPI_Allreduce`` (and, for the other collectives,
+``MPI_Reduce_scatter_block`` and ``MPI_Allgather``), called through mpi4py; and ``mpi:NAME``,
+the library told to use its own algorithm NAME.
+
+``--algo mpi:NAME`` runs ``MPI_Allreduce`` with the library told to use its algorithm NAME. It
+reads that once, at ``MPI_Init``, so a run takes one NAME, and ``python -m bench`` sets it
+before MPI starts (:meth:`MpiBaseline.environment`):
+
+* MPICH (:data:`MPICH`): ``MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM=NAME``, with
+  ``MPIR_CVAR_DEVICE_COLLECTIVES=none``, without which MPICH's shared-memory device collectives
+  (``release_gather`` within a node) answer first and NAME is never asked, and
+  ``MPIR_CVAR_COLLECTIVE_FALLBACK=print``, so that where NAME cannot run a call (``ring`` needs a
+  commutative op, ``reduce_scatter_allgather`` at least as many elements as the largest power
+  of two below the rank count) MPICH says so on stderr before it runs its own choice instead (as
+  it does for ``reduce_scatter_allgather`` in ``MPI_Init``'s own one-element all-reduce).
+* Open MPI (:data:`OPEN_MPI`, under Open MPI's ``mpiexec``): its coll/tuned algorithm number
+  (``OMPI_MCA_coll_tuned_allreduce_algorithm``, with ``OMPI_MCA_coll_tuned_use_dynamic_rules=1``
+  and ``OMPI_MCA_coll=^han,xhc,acoll``, so that coll/tuned, not a component above it, answers).
+
+The files the library loads to follow the fastest NAME per size are ``python -m bench
+mpi-tuning``'s (:mod:`bench.tools.mpi_tuning`). Nothing here imports mpi4py at import time:
+the environment is set before MPI starts.
+"""
+
+
+import os
+from dataclasses import dataclass, field
+
+from .base import Baseline
+
+PREFIX = "mpi:"
+
+
+@dataclass(frozen=True, eq=False)  # compared and hashed as the one object per library
+class Library:
+    """One MPI library's menu: NAME -> the value of ``variable`` that forces it, and what else it needs."""
+    name: str
+    menu: dict
+    variable: str
+    forced: dict = field(default_factory=dict)
+
+    def environment(self, algorithm):
+        return {self.variable: self.menu[algorithm], **self.forced}
+
+
+MPICH = Library("MPICH", {n: n for n in ("recursive_doubling", "recursive_multiplying", "reduce_scatter_allgather",
+                                         "tree", "recexch", "ring", "k_reduce_scatter_allgather")},
+                "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM",
+                {"MPIR_CVAR_DEVICE_COLLECTIVES": "none", "MPIR_CVAR_COLLECTIVE_FALLBACK": "print"})
+#: coll/tuned's all-reduce algorithms 1-6 (ompi_info --param coll tuned --level 9 lists them); Open MPI 5.0
+#: refuses 7 (allgather_reduce, of later versions) with a warning and runs its default instead
+OPEN_MPI = Library("Open MPI", {"basic_linear": "1", "nonoverlapping": "2", "recursive_doubling": "3", "ring": "4",
+                                "segmented_ring": "5", "rabenseifner": "6"},
+                   "OMPI_MCA_coll_tuned_allreduce_algorithm",
+                   {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1", "OMPI_MCA_coll": "^han,xhc,acoll"})
+MENU = tuple(MPICH.menu)  # MPICH's, the library this suite installs
+
+
+def launched_by(env):
+    """The library whose launcher started this process: Open MPI's sets ``OMPI_COMM_WORLD_SIZE``."""
+    return OPEN_MPI if "OMPI_COMM_WORLD_SIZE" in env else MPICH
+
+
+def library_of(version):
+    """The :class:`Library` of an ``MPI_Get_library_version`` text, or None."""
+    return MPICH if version.startswith("MPICH") else OPEN_MPI if version.startswith("Open MPI") else None
+
+
+def algo_entries(argv, prefix):
+    """The entries of ``--algo`` in ``argv`` that start with ``prefix``, in order."""
+    names = []
+    for i, arg in enumerate(argv):
+        value = argv[i + 1] if arg == "--algo" and i + 1 < len(argv) else arg[7:] if arg.startswith("--algo=") else None
+        if value:
+            names += [a for a in value.split(",") if a.startswith(prefix)]
+    return names
+
+
+def requested(argv):
+    """The NAMEs of the ``mpi:NAME`` entries of ``--algo`` in ``argv``, in order."""
+    return [a[len(PREFIX):] for a in algo_entries(argv, PREFIX)]
+
+
+def environment_for(argv, env):
+    """The variables a run of ``argv`` needs, set before ``MPI_Init``, or a problem in words."""
+    names = requested(argv)
+    if not names:
+        return {}
+    library = launched_by(env)
+    unknown = [n for n in names if n not in library.menu]
+    if unknown:
+        return f"unknown {library.name} all-reduce algorithm {', '.join(unknown)}; choices: {', '.join(library.menu)}"
+    if len(set(names)) > 1:
+        return (f"one mpi:NAME per run ({', '.join(PREFIX + n for n in dict.fromkeys(names))} given): {library.name} "
+                f"reads {library.variable} once, at MPI_Init")
+    wanted = library.environment(names[0])
+    clashes = [f"{k}={env[k]}" for k, v in wanted.items() if env.get(k, v) != v]
+    if clashes:
+        return f"--algo {PREFIX}{names[0]} sets {', '.join(f'{k}={v}' for k, v in wanted.items())}, but {', '.join(clashes)} is set"
+    return wanted
+
+
+def current_library():
+    """The :class:`Library` of the MPI this process runs, or None (neither MPICH nor Open MPI)."""
+    from mpi4py import MPI  # once MPI runs: this module is read before MPI starts (module docstring)
+
+    return library_of(MPI.Get_library_version())
+
+
+class MpiBaseline(Baseline):
+    """``mpi``: the library's own collective; ``mpi:NAME``: the library told to use its algorithm NAME."""
+
+    family = "mpi"
+    help = (f"mpi (native MPI_Allreduce; mpi:NAME: the library's own algorithm NAME, one per run: with MPICH "
+            f"{','.join(MENU)}, with Open MPI {','.join(OPEN_MPI.menu)})")
+
+    def names(self, collective):
+        library = current_library() if collective == "allreduce" else None
+        return ["mpi", *(f"{PREFIX}{name}" for name in (library.menu if library else ()))]
+
+    def in_all(self, name, args):
+        return name == "mpi" and (args.device == "cpu" or args.cuda_aware)
+
+    def environment(self, argv, env):
+        return environment_for(argv, env)
+
+    def check(self, args, chosen):
+        told = [a for a in chosen if a.startswith(PREFIX)]
+        if told:
+            library = current_library()
+            if "mpi" in chosen:
+                return f"--algo mpi with {told[0]}: in this run MPI_Allreduce is {told[0]}; time mpi in a run of its own"
+            if len(set(told)) > 1 or os.environ.get(library.variable) != library.menu[told[0][len(PREFIX):]]:
+                return (f"--algo {','.join(told)}: one mpi:NAME per run, through python -m bench, which sets "
+                        f"{library.variable} before MPI starts")
+        if "mpi" in chosen and args.device == "gpu" and not args.cuda_aware:
+            return ("--algo mpi with --device gpu needs a CUDA-aware MPI (MPIX_Query_cuda_support says no; "
+                    "ALLREDUCE_CUDA_AWARE=1 overrides)")
+        return None
+
+    def runner(self, spec, name, comm, op):
+        return spec.run_mpi(comm, op)  # mpi:NAME: the library was told its algorithm at MPI_Init
+
+    def transport(self, name, xp):
+        if name.startswith(PREFIX):
+            library, algorithm = current_library(), name[len(PREFIX):]
+            return f"{library.name}'s own {algorithm} ({library.variable}={library.menu[algorithm]})"
+        return "the MPI library's own collective" + (" on device buffers (CUDA-aware MPI)"
+                                                     if xp.__name__ != "numpy" else "")

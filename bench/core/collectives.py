@@ -1,0 +1,173 @@
+"""What the driver measures, one small spec per collective (as nccl-tests has one file each).
+
+A spec says how a size in bytes becomes element counts, the bus-bandwidth
+factor (nccl-tests' PERFORMANCE.md), how to fill inputs whose exact result is
+known, where a result lands, and how each algorithm runs it in and out of place.
+"""
+
+import numpy as np
+from mpi4py import MPI
+
+import algorithms
+from algorithms.plans import tree_for
+
+from .check import check_expected, check_fill
+
+_MPI_OPS = {"sum": MPI.SUM, "avg": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
+
+
+class _Spec:
+    @staticmethod
+    def in_place_buffer(xp, send, recv, rank, n):
+        """The buffer an in-place call works on: by default the input itself."""
+        return send
+
+
+class AllReduce(_Spec):
+    name = "allreduce"
+    has_op = True
+    ours = tuple(algorithms.ALGORITHMS)
+
+    @staticmethod
+    def factor(n):
+        return 2.0 * (n - 1) / n if n > 1 else 0.0
+
+    @staticmethod
+    def counts(nbytes, itemsize, n):
+        """(elements in the whole vector, the count column nccl-tests prints)."""
+        total = nbytes // itemsize
+        return total, total
+
+    @staticmethod
+    def inputs(xp, dtype, op, total, rank, n):
+        send = xp.asarray(check_fill(dtype, op, total, rank, n))
+        return send, xp.empty_like(send)
+
+    @staticmethod
+    def expected(dtype, op, total, rank, n):
+        return check_expected(dtype, op, total, n)
+
+    @staticmethod
+    def run_ours(name, comm, op, tree=None, bandwidth=None):
+        def run(send, recv, check=False):
+            return algorithms.allreduce(send, recv, op=op, algorithm=name, comm=comm, check=check, tree=tree,
+                                        bandwidth=bandwidth)
+        return run
+
+    @staticmethod
+    def run_mpi(comm, op):
+        mpi_op = _MPI_OPS[op]
+
+        def run(send, recv, check=False):
+            comm.Allreduce(MPI.IN_PLACE if recv is send else send, recv, op=mpi_op)
+            return _average(recv, op, comm.size)
+        return run
+
+
+class ReduceScatter(_Spec):
+    name = "reducescatter"
+    has_op = True
+    ours = ("ring",)
+
+    @staticmethod
+    def factor(n):
+        return (n - 1) / n if n > 1 else 0.0
+
+    @staticmethod
+    def counts(nbytes, itemsize, n):
+        per = nbytes // itemsize // n
+        return per * n, per
+
+    @staticmethod
+    def inputs(xp, dtype, op, total, rank, n):
+        send = xp.asarray(check_fill(dtype, op, total, rank, n))
+        return send, xp.empty(total // n, dtype=send.dtype)
+
+    @staticmethod
+    def expected(dtype, op, total, rank, n):
+        per = total // n
+        return check_expected(dtype, op, total, n)[rank * per:(rank + 1) * per]
+
+    @staticmethod
+    def run_ours(name, comm, op, tree=None, bandwidth=None):
+        def run(send, recv, check=False):
+            return algorithms.reduce_scatter(send, None if recv is send else recv, op=op, comm=comm, check=check)
+        return run
+
+    @staticmethod
+    def run_mpi(comm, op):
+        mpi_op = _MPI_OPS[op]
+
+        def run(send, recv, check=False):
+            per = send.size // comm.size
+            if recv is send:  # MPI's in-place result is the first chunk of the buffer
+                comm.Reduce_scatter_block(MPI.IN_PLACE, send, op=mpi_op)
+                return _average(send[:per], op, comm.size)
+            comm.Reduce_scatter_block(send, recv, op=mpi_op)
+            return _average(recv, op, comm.size)
+        return run
+
+
+class AllGather(_Spec):
+    name = "allgather"
+    has_op = False
+    ours = ("ring",)
+    factor = ReduceScatter.factor  # (n-1)/n of the whole vector, as reduce-scatter
+    counts = ReduceScatter.counts
+
+    @staticmethod
+    def _whole(dtype, total):
+        return ((np.arange(total) * 3 + 1) % 11).astype(dtype)
+
+    @classmethod
+    def inputs(cls, xp, dtype, op, total, rank, n):
+        per = total // n
+        return xp.asarray(cls._whole(dtype, total)[rank * per:(rank + 1) * per]), xp.empty(total, dtype=dtype)
+
+    @staticmethod
+    def in_place_buffer(xp, send, recv, rank, n):
+        """In place, rank r's chunk already sits at its place in the whole vector."""
+        per = send.size
+        recv[rank * per:(rank + 1) * per] = send
+        return recv
+
+    @classmethod
+    def expected(cls, dtype, op, total, rank, n):
+        return cls._whole(dtype, total)
+
+    @staticmethod
+    def run_ours(name, comm, op, tree=None, bandwidth=None):
+        def run(send, recv, check=False):
+            return algorithms.all_gather(send, None if recv is send else recv, comm=comm, check=check)
+        return run
+
+    @staticmethod
+    def run_mpi(comm, op):
+        def run(send, recv, check=False):
+            comm.Allgather(MPI.IN_PLACE if recv is send else send, recv)
+            return recv
+        return run
+
+
+COLLECTIVES = {spec.name: spec for spec in (AllReduce, ReduceScatter, AllGather)}
+
+
+def _average(result, op, size):
+    if op == "avg" and size > 1:
+        result /= size
+    return result
+
+
+def needs_topology(name):
+    """True for algorithms that cannot run without a bandwidth matrix (bamtree, kmtree, bamring,
+    hier across a BAM tree)."""
+    return name in algorithms.ALGORITHMS and algorithms.needs_bandwidth(name)
+
+
+def our_runner(spec, name, comm, op, topology=None):
+    """``run(send, recv, check=False) -> result`` for our algorithm ``name`` of collective ``spec``;
+    the tree algorithms' trees built from ``topology`` (or binomial) once, here."""
+    method = getattr(algorithms.ALGORITHMS.get(name), "tree_method", None)
+    if method:
+        return spec.run_ours(name, comm, op, tree=tree_for(method, comm.size, bandwidth=topology, name=name))
+    return spec.run_ours(name, comm, op, bandwidth=topology if needs_topology(name) else None)

@@ -1,0 +1,415 @@
+"""``mpiexec -n N python -m bench [flags]``: an nccl-tests-style sweep of every algorithm.
+
+The flags (:mod:`.options`) keep nccl-tests' meanings; rank 0 prints one table per
+algorithm, then a summary per size (:mod:`bench.formats.summary`), and saves every finished row
+(:mod:`bench.formats.results`). Exit status: 1 when an element was wrong or a rank failed, 2 for bad
+arguments, settings or files (found before the first size), 3 for a -T timeout, 130 or 143
+when interrupted.
+"""
+
+import contextlib
+import datetime
+import itertools
+import os
+import socket
+import sys
+import threading
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import algorithms
+from algorithms.arrays import array_module
+from topology.ending import end_job, fail_together, uncut
+from topology.model import LowerBound, Network
+from topology.probe import probe
+from topology.shm import ShmTooSmall
+
+from ..baselines import BASELINES, find
+from ..formats import summary
+from ..formats.report import TIMESTAMP_FORMAT, TYPE_NAMES, bandwidths, columns, footer, row
+from ..formats.results import ResultsWriter, bool_text
+from .check import wrong_elements
+from .collectives import COLLECTIVES, needs_topology, our_runner
+from .device import select_device
+from .machine import describe, oversubscription
+from .memory import bytes_needed, check_memory, check_registered_room, reset_peak, resident_bytes, usage_line
+from .options import PROG, launched_alone, parse_args, runs
+from .startup import tuning_problem
+from .timing import AGGREGATIONS, aggregate, iteration_stats, time_calls
+
+
+def malloc_mode():
+    """Which allocator settings a row ran with (MPI_Allreduce's temporary
+    buffers pay page faults unless glibc keeps freed memory mapped)."""
+    tuned = [k for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_") if k in os.environ]
+    return "tuned (" + " ".join(f"{k}={os.environ[k]}" for k in tuned) + ")" if tuned else "glibc defaults"
+
+
+TIMEOUT_EXIT = 3
+
+
+class Watchdog:
+    """``-T``: end every rank (exit 3) when one size runs longer than ``seconds`` (a hang,
+    say), through :func:`topology.ending.end_job`: rank 0's line is the one printed."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+        self.timer = None
+        self.rank = MPI.COMM_WORLD.Get_rank()
+
+    def arm(self, what):
+        self.disarm()
+        if self.seconds > 0:
+            def fire():
+                end_job(TIMEOUT_EXIT, f"python -m bench: rank {self.rank}: timeout: {what} ran over "
+                                      f"{self.seconds:g} s (-T); ending every rank")
+            self.timer = threading.Timer(self.seconds, fire)
+            self.timer.daemon = True
+            self.timer.start()
+
+    def disarm(self):
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+
+def header_lines(comm, args, algo, device_lines, transport, crowded):
+    config_line = (
+        f"# nThread 1 nGpus 1 minBytes {args.minbytes} maxBytes {args.maxbytes} "
+        f"step: {args.stepbytes if args.stepbytes else args.stepfactor}"
+        f"({'bytes' if args.stepbytes else 'factor'}) warmup iters: {args.warmup_iters} "
+        f"iters: {args.iters} agg iters: {args.agg_iters} validation: {1 if args.check else 0} graph: 0"
+    )
+    info = describe()
+    lines = [config_line]
+    if args.blocking:
+        lines.append("# Blocking Enabled: barrier after each iteration, inside the timing")
+    if args.per_iter_timing:
+        lines.append("# Per-Iteration Report: MPI_Wtime timing; i_* uses max over process rows"
+                     + (f"; summary skips first {args.per_iter_skip} iterations" if args.per_iter_skip else ""))
+    if crowded:
+        lines.append(f"# Oversubscribed: {crowded}: times are not meaningful")
+    lines += [
+        "#",
+        f"# Algorithm: {algo}  Collective: {args.collective}  Ranks: {comm.Get_size()}  "
+        f"Hosts: {len({d['hostname'] for d in device_lines})}  Device: {args.device}  "
+        f"Time aggregation: {AGGREGATIONS[args.average]}  MPI: {info['mpi']}",
+        f"# Transport: {transport}",
+        *([f"# Nodes: {hier_text(args.hier)}"] if algo == "hier" and args.hier else []),
+        *(["# Buffers: registered (algorithms.alloc_registered; -R 1)"] if args.local_register else []),
+        *([f"# Buffers: unaligned by {args.unalign} elements (-u)"] if args.unalign else []),
+        f"# Machine: {info['machine']} {info['cpu']}  Python {info['python']}  numpy {info['numpy']}"
+        f"  Commit: {info['commit']}",
+        f"# Env: {info['env']}",
+        f"# Malloc: {malloc_mode()}  Transparent huge pages: {info['transparent_hugepages']}  /dev/shm: {info['dev_shm']}",
+        "#",
+        "# Using devices",
+    ]
+    for d in device_lines:
+        lines.append(f"#  Rank {d['rank']:2d} Group  0 Pid {d['pid']:6d} on {d['hostname']:>10s} "
+                     f"device {d['device']:2d} [{d['device_hex']}] {d['device_info']}")
+    lines += ["#", columns(args.per_iter_timing, args.report_cputime, args.report_timestamps)]
+    return "\n".join(lines)
+
+
+class Progress:
+    """Rank 0's progress on stderr: one line per finished size, or a bar on a terminal."""
+
+    def __init__(self, enabled):
+        self.enabled, self.bar = enabled, enabled and sys.stderr.isatty()
+
+    def done(self, label, number, total, nbytes, busbw):
+        if not self.enabled:
+            return
+        if self.bar:
+            filled = round(20 * number / total)
+            sys.stderr.write(f"\r{label} [{'#' * filled}{'.' * (20 - filled)}] {number}/{total} sizes   ")
+        else:
+            sys.stderr.write(f"{PROG}: {label}: {nbytes} B done ({number}/{total}), busbw {busbw:.3g} GB/s\n")
+        sys.stderr.flush()
+
+    def close(self):
+        if self.bar:
+            sys.stderr.write("\r" + " " * 79 + "\r")
+            sys.stderr.flush()
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    spec = COLLECTIVES[args.collective]
+    say = print if rank == 0 else (lambda *a, **k: None)
+    if rank == 0 and launched_alone():
+        sys.stderr.write(f"{PROG}: running 1 rank; for N ranks start it as mpiexec -n N python -m bench ...\n")
+    crowded = oversubscription(comm)
+
+    xp, device = np, -1
+    started = []
+    try:
+        if args.device == "gpu":
+            xp, device, _ = select_device(comm)
+        for baseline in BASELINES:
+            if any(baseline.matches(a) for a in args.algos):
+                baseline.start(comm)
+                started.append(baseline)
+    except RuntimeError as exc:  # raised on every rank alike (device.Unavailable, baselines.Unavailable)
+        if rank == 0:
+            sys.stderr.write(f"{PROG}: {exc}\n")
+        return 2
+    try:
+        return _sweep(comm, args, argv, spec, say, crowded, xp, device)
+    finally:
+        for baseline in started:
+            baseline.close()
+
+
+def _sweep(comm, args, argv, spec, say, crowded, xp, device):
+    """The sweep itself: every algorithm, dtype, op and size; the exit status."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    device_info = (f"{xp.cuda.runtime.getDeviceProperties(device)['name'].decode()}" if device >= 0
+                   else "host memory")
+    devices = comm.gather({"rank": rank, "group": 0, "pid": os.getpid(), "hostname": socket.gethostname(),
+                           "device": max(device, 0), "device_hex": "gpu" if device >= 0 else "cpu",
+                           "device_info": device_info}, root=0)
+
+    problem = None
+    try:
+        largest = max(args.sizes) + args.unalign * 8
+        check_memory(comm, bytes_needed(largest, args.local_register), f"the largest size, {max(args.sizes)} B,")
+        if args.local_register:  # the transport's slots first, so that the room left is what the vectors get
+            algorithms.transport_in_use(xp, comm)
+            check_registered_room(comm, largest)
+    except (ValueError, ShmTooSmall) as exc:
+        problem = str(exc)
+    if problem is None and "auto" in args.algos and rank == 0:
+        problem = tuning_problem()
+    if fail_together(comm, PROG, problem):
+        return 2
+    log = args.log or os.path.join("results", f"bench-{_stamp()}-{size}r.jsonl")
+    writer = None
+    if rank == 0:  # -J and --log checked (and -J written) before the first size
+        try:
+            writer = open_results(args, argv, devices, size, spec, None if log == "none" else log, crowded)
+        except ValueError as exc:
+            problem = str(exc)
+    if fail_together(comm, PROG, problem):
+        return 2
+    if rank == 0 and crowded:  # said once every check passed, so that a refusal stays one line
+        sys.stderr.write(f"{PROG}: warning: oversubscribed: {crowded}: times are not meaningful "
+                         "(start at most one rank per core)\n")
+    if writer is not None and args.output_file:
+        say(f"# Writing JSON output to {args.output_file}")
+    if writer is not None and log != "none":
+        say(f"# Writing every row to {log} as it finishes")
+
+    if args.topology is None and any(needs_topology(a) for a in args.algos):
+        args.topology = probe_first(comm, args, os.path.dirname(log) if rank == 0 and log != "none" else None)
+
+    watchdog, progress = Watchdog(args.timeout), Progress(rank == 0 and not args.quiet)
+    before = resident_bytes()
+    total_wrong = 0
+    try:
+        for algo in args.algos:
+            transport = transport_of(algo, comm, xp)
+            if rank == 0:
+                say(header_lines(comm, args, algo, devices, transport, crowded), flush=True)
+            reset_peak()
+            wrong_here, busbws, held = 0, [], 0
+            for dtype in args.dtypes:
+                for op in args.ops:
+                    if not runs(dtype, op):
+                        continue
+                    run = make_runner(spec, algo, comm, op, args.topology)
+                    cycles = itertools.count(1) if args.run_cycles == 0 else range(1, args.run_cycles + 1)
+                    for cycle in cycles:
+                        label = (f"{algo} {TYPE_NAMES.get(dtype, dtype)} {op}"
+                                 + (f" cycle {cycle}" if args.run_cycles != 1 else ""))
+                        for number, nbytes in enumerate(args.sizes, 1):
+                            watchdog.arm(f"{algo} {dtype} {op} {nbytes} B")
+                            record = measure(comm, args, spec, run, xp, dtype, op, nbytes)
+                            watchdog.disarm()
+                            wrong_here += record.pop("nwrong_total")
+                            held = max(held, record.pop("held_bytes"))
+                            if rank == 0:
+                                busbws += [record["out_of_place"]["bus_bw"], record["in_place"]["bus_bw"]]
+                                with uncut():  # the table, the log and -J agree however the job ends
+                                    say(record.pop("text"), flush=True)
+                                    writer.add({**record, "algorithm": algo, "transport": transport, "cycle": cycle,
+                                                "experiment_name": f"{spec.name}/{algo}"})
+                                progress.done(label, number, len(args.sizes), nbytes,
+                                              record["out_of_place"]["bus_bw"])
+            progress.close()
+            say(footer(wrong_here, busbws), flush=True)
+            if args.memory:
+                line = usage_line(comm, before, held)
+                say(line, flush=True)
+            say("#", flush=True)
+            total_wrong += wrong_here
+    except ShmTooSmall as exc:  # raised on every rank alike: /dev/shm filled up after the checks
+        if rank == 0:
+            sys.stderr.write(f"{PROG}: error: {exc}\n")
+        return 2
+    finally:
+        watchdog.disarm()
+    if writer is not None:
+        sizes = summary.by_size(writer.rows)
+        say(summary.text(sizes), flush=True)
+        if args.topology is not None and spec.name == "allreduce" and size > 1:
+            bounds = LowerBound(Network.from_matrix(args.topology))
+            say(summary.bound_text(sizes, lambda nbytes: bounds.at(nbytes).seconds), flush=True)
+        writer.finish()
+    return 1 if total_wrong else 0
+
+
+def open_results(args, argv, devices, size, spec, log, crowded):
+    """The :class:`ResultsWriter` of this run (rank 0): the log opened, ``-J`` written."""
+    config = {
+        "nthreads": 1, "ngpus": 1, "minimum_bytes": args.minbytes, "maximum_bytes": args.maxbytes,
+        **({"step_bytes": args.stepbytes} if args.stepbytes else {"step_factor": args.stepfactor}),
+        "warmup_iters": args.warmup_iters, "iterations": args.iters, "aggregated_iterations": args.agg_iters,
+        "validation": args.check, "graph": 0, "blocking_collectives": bool_text(args.blocking),
+        "per_iter_timing": bool_text(args.per_iter_timing), "per_iter_skip": args.per_iter_skip,
+        "parallel_init": "false", "run_cycles": args.run_cycles, "unalign": args.unalign,
+        "report_cputime": bool_text(args.report_cputime), "report_timestamps": bool_text(args.report_timestamps),
+        "oversubscribed": f"{crowded}: times are not meaningful" if crowded else "false",
+        "devices": devices,
+        **({"hier": args.hier} if args.hier else {}),
+    }
+    run_info = {**describe(), "ranks": size, "hosts": sorted({d["hostname"] for d in devices}),
+                "collective": spec.name, "device": args.device,
+                "aggregation": AGGREGATIONS[args.average], "malloc": malloc_mode(),
+                "command": " ".join(["python -m bench", *argv])}
+    return ResultsWriter(args.output_file, log, ["python -m bench", *argv], config, run_info)
+
+
+def hier_text(layout):
+    """hier's layout for its header: "2 nodes (0,0,1,1, from ALLREDUCE_NODE_MAP), ring across"."""
+    nodes = layout["nodes"]
+    count = max(nodes) + 1
+    return (f"{count} node{'s' if count != 1 else ''} ({','.join(map(str, nodes))}, from {layout['source']}), "
+            f"{layout['across']} across")
+
+
+def transport_of(algo, comm, xp):
+    """What carries ``algo``'s messages, for its header (collective: every rank calls it)."""
+    baseline = find(algo)
+    return baseline.transport(algo, xp) if baseline else algorithms.transport_in_use(xp, comm, algo)
+
+
+def make_runner(spec, name, comm, op, topology=None):
+    """``run(send, recv, check=False) -> result`` for ``--algo`` entry ``name`` of collective ``spec``."""
+    baseline = find(name)
+    return baseline.runner(spec, name, comm, op) if baseline else our_runner(spec, name, comm, op, topology)
+
+
+def probe_first(comm, args, folder):
+    """Measure the links for bamtree and kmtree (no --topology given). Every rank gets the
+    matrix; rank 0 also saves it beside the log, for ``--topology`` next time."""
+    matrix = probe(comm, args.probe_bytes, reps=3, warmup=1)
+    if comm.Get_rank() == 0:
+        path = os.path.join(folder or "results", f"probe-{_stamp()}-{comm.Get_size()}r.json")
+        matrix.save(path)
+        print(f"# Topology: probed {matrix.size} ranks in {matrix.measured['rounds']} rounds "
+              f"({args.probe_bytes} B messages), saved to {path}", flush=True)
+    return matrix
+
+
+def measure(comm, args, spec, run, xp, dtype, op, nbytes):
+    """Time one size out of place and in place, check it, and return its result record."""
+    size, rank = comm.Get_size(), comm.Get_rank()
+    total, count = spec.counts(nbytes, np.dtype(dtype).itemsize, size)
+    send, recv = spec.inputs(xp, dtype, op, total, rank, size)
+    in_place = spec.in_place_buffer(xp, send.copy(), recv, rank, size)
+    with placed(comm, args, send, recv, in_place) as (send, recv, in_place):
+        record = _measure(comm, args, spec, run, xp, dtype, op, total, count, send, recv, in_place)
+        record["held_bytes"] += sum(a.nbytes for a in (send, recv, in_place)) * (2 if args.local_register else 1)
+        return record
+
+
+def _measure(comm, args, spec, run, xp, dtype, op, total, count, send, recv, in_place):
+    """:func:`measure` on these buffers."""
+    size, rank = comm.Get_size(), comm.Get_rank()
+    actual_bytes = total * np.dtype(dtype).itemsize
+    times = np.zeros(args.iters) if args.per_iter_timing else None
+    record = {"size": int(actual_bytes), "count": int(count), "type": TYPE_NAMES.get(dtype, dtype),
+              "redop": op, "root": f"{-1:6d}", "actual_iterations": args.iters}
+    results, per_iter, wrong_total, held = [], [], 0, 0
+    time_key = "cpu_time" if args.report_cputime else "time"
+    for placement, (s, r) in (("out_of_place", (send, recv)), ("in_place", (in_place, in_place))):
+        run(s, r, check=True)  # arguments agree on every rank before timing
+        settle = xp.cuda.get_current_stream().synchronize if xp is not np else None
+        with np.errstate(all="ignore"):  # in-place timing re-reduces its own output: floats reach inf
+            seconds, host = time_calls(comm, lambda: run(s, r), args.iters, args.warmup_iters, bool(args.blocking),
+                                       times, settle, args.agg_iters)
+        seconds, host = aggregate(comm, seconds, args.average), aggregate(comm, host, args.average)
+        algbw, busbw = bandwidths(actual_bytes, seconds, spec.factor(size))
+        wrong, checked = (check(comm, spec, run, xp, dtype, op, total, placement == "in_place", args)
+                          if args.check else (None, 0))
+        wrong_total += wrong or 0
+        held = max(held, checked)
+        shown = host if args.report_cputime else seconds
+        record[placement] = {time_key: shown * 1e6, "alg_bw": algbw, "bus_bw": busbw,
+                             "nwrong": None if wrong is None else float(wrong)}
+        if args.per_iter_timing:
+            stats = iteration_stats(comm, times, args.per_iter_skip)
+            if rank == 0:
+                record[f"{placement}_per_iter"] = stats
+                per_iter.append(stats)
+        results.append((shown, algbw, busbw, wrong))
+    if args.report_timestamps:
+        record["timestamp"] = time.strftime(TIMESTAMP_FORMAT)
+    if rank == 0:
+        record["text"] = row(actual_bytes, count, dtype, op, -1, results, per_iter or None, record.get("timestamp"))
+    record["nwrong_total"], record["held_bytes"] = wrong_total, held
+    return record
+
+
+def check(comm, spec, run, xp, dtype, op, total, in_place, args):
+    """(wrong elements over ``args.check`` runs on fresh data, summed over ranks; the bytes of
+    the vectors the check held on this rank)."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    expected = spec.expected(dtype, op, total, rank, size)
+    wrong, held = 0, expected.nbytes
+    for _ in range(args.check):
+        send, recv = spec.inputs(xp, dtype, op, total, rank, size)
+        if in_place:
+            send = recv = spec.in_place_buffer(xp, send, recv, rank, size)
+        with placed(comm, args, *((send,) if in_place else (send, recv))) as here:
+            result = run(here[0], here[-1], check=True)
+            result = result.get() if hasattr(result, "get") and xp is not np else result
+            wrong += wrong_elements(np.asarray(result), expected)
+            held = max(held, expected.nbytes + sum(a.nbytes for a in here))
+    return comm.allreduce(wrong, op=MPI.SUM), held
+
+
+@contextlib.contextmanager
+def placed(comm, args, *arrays):
+    """``arrays`` where ``args`` puts them: as they are, ``args.unalign`` elements into a larger
+    allocation (``-u``), in registered vectors (``-R 1``, freed on leaving: collective, in the
+    same order on every rank), or both."""
+    offset, registered = args.unalign, args.local_register
+    if not offset and not registered:
+        yield arrays
+        return
+    xp = array_module(arrays[0])
+    copies, owners = [], []
+    for array in arrays:
+        if registered:
+            owners.append(algorithms.alloc_registered(array.size + offset, array.dtype, comm))
+            whole = owners[-1]
+        else:
+            whole = xp.empty(array.size + offset, array.dtype)
+        copies.append(whole[offset:])
+        copies[-1][...] = array
+    yield tuple(copies)
+    for owner in reversed(owners):
+        algorithms.free_registered(owner, comm)
+
+
+def _stamp():
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+

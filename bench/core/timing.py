@@ -1,0 +1,109 @@
+"""The timed loop, nccl-tests' way: warm up, then ``iters`` calls back to back, timed with
+``MPI.Wtime``; per-rank times combined across ranks as ``-a`` says; per-iteration times
+(``-I 1``) kept in a preallocated array. Nothing is allocated inside the timed loop.
+:func:`timed` runs several candidates in turns of that loop (``bench perf``, ``bench tune``)."""
+
+import statistics
+
+import numpy as np
+from mpi4py import MPI
+
+#: -a: how per-rank times become one number.
+AGGREGATIONS = {0: "rank 0", 1: "mean", 2: "min", 3: "max"}
+
+
+def aggregate(comm, seconds, how):
+    if how == 0:
+        return comm.bcast(seconds, root=0)
+    if how == 1:
+        return comm.allreduce(seconds, op=MPI.SUM) / comm.Get_size()
+    return comm.allreduce(seconds, op=MPI.MIN if how == 2 else MPI.MAX)
+
+
+def time_calls(comm, call, iters, warmup, blocking=False, per_iteration=None, settle=None, agg=1):
+    """(seconds per call, host seconds per call) on this rank: ``iters`` iterations of ``agg``
+    calls each (``-m``). The host time stops before the last wait for device work (``-C``:
+    nccl-tests' cputime; the same for host buffers). ``blocking`` adds a barrier after every
+    iteration (``-z 1``, inside the time); ``per_iteration`` (an array of ``iters``) receives
+    each iteration's time per call; ``settle()`` waits for queued device work (GPU buffers)."""
+    settle = settle or (lambda: None)
+    for _ in range(warmup):
+        call()
+    settle()
+    comm.Barrier()
+    wtime = MPI.Wtime
+    calls = max(iters, 1) * agg
+    if per_iteration is None and not blocking:
+        start = wtime()
+        for _ in range(iters * agg):
+            call()
+        issued = wtime()
+        settle()
+        return (wtime() - start) / calls, (issued - start) / calls
+    barrier = comm.Barrier if blocking else (lambda: None)
+    total = host = 0.0
+    for i in range(iters):
+        start = wtime()
+        for _ in range(agg):
+            call()
+        host += wtime() - start
+        settle()
+        barrier()
+        elapsed = wtime() - start
+        total += elapsed
+        if per_iteration is not None:
+            per_iteration[i] = elapsed / agg
+    return total / calls, host / calls
+
+
+def timed(comm, calls, iters, warmup, repeats, most=None):
+    """Median over ``repeats`` of the mean seconds per call (max over ranks), for each of
+    ``calls`` (name -> function); ``most`` caps the iterations of some ({name: count}: a
+    candidate a hundred times slower needs fewer to be timed as well). The candidates take
+    turns within every repeat, so a noisy moment of a shared machine falls on all of them alike."""
+    for call in calls.values():
+        for _ in range(warmup):
+            call()
+    samples = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, call in calls.items():
+            seconds, _ = time_calls(comm, call, min(iters, (most or {}).get(name, iters)), 0)
+            samples[name].append(comm.allreduce(seconds, op=MPI.MAX))
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def iterations_for(nbytes):
+    """Iterations of a size for :func:`timed`: about 0.2 GB moved, 3 to 2000."""
+    return max(3, min(2000, int(2e8 // max(nbytes, 1))))
+
+
+def iteration_stats(comm, times, skip):
+    """nccl-tests' per-iteration report on rank 0: each iteration's time is the max over ranks
+    (process rows); min/max/avg/p50/p95/p99/stdev/cv over the iterations after the first ``skip``."""
+    rows = comm.gather(times, root=0)
+    if comm.Get_rank() != 0:
+        return None
+    per_process = np.array(rows)
+    worst = per_process.max(axis=0)
+    kept = np.sort(worst[skip:]) if len(worst) > skip else np.sort(worst)
+    n = len(kept)
+
+    def percentile(p):
+        return float(kept[min(n - 1, (n * p + 99) // 100 - 1)])
+
+    avg = float(kept.mean()) if n else 0.0
+    stdev = float(np.sqrt(((kept - avg) ** 2).mean())) if n else 0.0
+    us = 1e6
+    return {
+        "skipped_iterations": int(min(skip, len(worst))),
+        "min_us": float(kept[0]) * us if n else 0.0,
+        "max_us": float(kept[-1]) * us if n else 0.0,
+        "avg_us": avg * us,
+        "p50_us": float(kept[n // 2]) * us if n else 0.0,
+        "p95_us": percentile(95) * us if n else 0.0,
+        "p99_us": percentile(99) * us if n else 0.0,
+        "stdev_us": stdev * us,
+        "cv_pct": stdev / avg * 100 if avg > 0 else 0.0,
+        "times_us": [float(t) * us for t in worst],
+        "per_process_max_times_us": [[float(t) * us for t in row] for row in per_process],
+    }

@@ -1,0 +1,80 @@
+"""The summary after the tables: per size, every algorithm's busbw, the fastest, and how it
+compares with native MPI (the ``mpi`` baseline); given the links (``--topology``), each
+all-reduce's time over the lower bound of any all-reduce on them (:mod:`topology.model.lower_bound`).
+
+Every line starts with ``#``, after the last table's ``Out of bounds values`` line, so
+parsers written for nccl-tests' tables (SuperBench's, CloudAI's) read past it. With several
+cycles (``-N``), each busbw is the median of the cycles.
+"""
+
+import statistics
+
+from .tables import ratio_text, significant
+
+REFERENCE = "mpi"
+
+
+def by_size(rows, placement="out_of_place"):
+    """[{"type", "redop", "size", "busbw": {algorithm: GB/s}, "fastest", "fastest_vs_mpi"}],
+    one per type, op and size, in the order first measured."""
+    samples = {}
+    for row in rows:
+        key = (row["type"], row["redop"], row["size"])
+        samples.setdefault(key, {}).setdefault(row["algorithm"], []).append(
+            (row[placement]["bus_bw"], row[placement].get("time", row[placement].get("cpu_time"))))
+    summary = []
+    for (dtype, op, size), per_algorithm in samples.items():
+        busbw = {name: statistics.median(b for b, _ in values) for name, values in per_algorithm.items()}
+        time_us = {name: statistics.median(t for _, t in values) for name, values in per_algorithm.items()}
+        fastest = max(busbw, key=busbw.get)
+        reference = busbw.get(REFERENCE)
+        summary.append({"type": dtype, "redop": op, "size": size, "busbw": busbw, "time_us": time_us,
+                        "fastest": fastest, "fastest_vs_mpi": busbw[fastest] / reference if reference else None})
+    return summary
+
+
+def text(summary, placement="out_of_place"):
+    """The summary as ``#`` lines, one block per type and op (at most 120 columns for nine
+    algorithms)."""
+    if not summary:
+        return ""
+    names = list(dict.fromkeys(name for entry in summary for name in entry["busbw"]))
+    where = placement.replace("_", " ")
+    lines = ["#", f"# Summary: busbw (GB/s, {where}) of every algorithm per size; the fastest, and its busbw "
+                  f"over {REFERENCE}'s"]
+    groups = {}
+    for entry in summary:
+        groups.setdefault((entry["type"], entry["redop"]), []).append(entry)
+    for (dtype, op), entries in groups.items():
+        lines.append(f"# {dtype} {op}:")
+        lines.append(f"# {'size':>10}" + "".join(f" {name[:8]:>8}" for name in names)
+                     + f" {'fastest':>8} {'vs ' + REFERENCE:>8}")
+        for entry in entries:
+            values = "".join(f" {significant(entry['busbw'][n]):>8}" if n in entry["busbw"] else f" {'-':>8}"
+                             for n in names)
+            ratio = entry["fastest_vs_mpi"]
+            lines.append(f"# {entry['size']:10d}{values} {entry['fastest'][:8]:>8} "
+                         f"{ratio_text(ratio) if ratio is not None else '-':>8}")
+    return "\n".join(lines)
+
+
+def bound_text(summary, bound, placement="out_of_place"):
+    """Each algorithm's time over ``bound(size)`` (seconds; the lower bound on these links) as
+    ``#`` lines, one block per type and op, with the bound itself in the last column."""
+    if not summary:
+        return ""
+    names = list(dict.fromkeys(name for entry in summary for name in entry["time_us"]))
+    lines = ["#", f"# Time ({placement.replace('_', ' ')}) over the lower bound of any all-reduce on the links "
+                  "of --topology (ports' traffic or minimum cut)"]
+    groups = {}
+    for entry in summary:
+        groups.setdefault((entry["type"], entry["redop"]), []).append(entry)
+    for (dtype, op), entries in groups.items():
+        lines.append(f"# {dtype} {op}:")
+        lines.append(f"# {'size':>10}" + "".join(f" {name[:8]:>8}" for name in names) + f" {'bound us':>10}")
+        for entry in entries:
+            limit = bound(entry["size"])
+            cells = "".join(f" {ratio_text(entry['time_us'][n] * 1e-6 / limit):>8}"
+                            if n in entry["time_us"] and limit > 0 else f" {'-':>8}" for n in names)
+            lines.append(f"# {entry['size']:10d}{cells} {significant(limit * 1e6):>10}")
+    return "\n".join(lines)

@@ -1,0 +1,38 @@
+"""``python -m bench NAME ...``: the tools beside the sweep, one module each, listed once here.
+
+:data:`TOOLS` is read by ``bench/__main__.py``, which runs them, and by the sweep's ``--help``,
+which lists them. A new tool is one module with a ``main(argv)`` and one entry here. Nothing
+here imports a tool: each is imported when it runs.
+"""
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Tool:
+    module: str      # the module whose main(argv) runs it
+    help: str        # a line for python -m bench --help
+    under_mpi: bool  # run on every rank of an MPI job, each rank ending with the others
+
+
+TOOLS = {
+    "compare": Tool("bench.tools.compare", "busbw of several runs and vendor nccl-tests logs side by side", False),
+    "model": Tool("bench.tools.model", "the alpha-beta model's time and busbw per algorithm, beside measured results",
+                  False),
+    "plot": Tool("bench.tools.plot", "busbw against message size, as a PNG", False),
+    "scaling": Tool("bench.tools.scaling",
+                    "data-parallel training step time and efficiency per algorithm and rank count", False),
+    "perf": Tool("bench.tools.perf", "the CPU performance targets measured in one run (under mpiexec, 2 ranks)", True),
+    "tune": Tool("bench.tools.tune", "time every candidate per size and write the tuning table algorithm=\"auto\" "
+                 "follows (under mpiexec)", True),
+    "mpi-tuning": Tool("bench.tools.mpi_tuning", "the MPI library's fastest algorithm per size from runs of --algo "
+                       "mpi:NAME, as the file it loads", False),
+    "nccl-tuning": Tool("bench.tools.nccl_tuning", "NCCL's fastest algorithm and protocol per size from --algo "
+                        "nccl:ALGO/PROTO runs or nccl-tests logs, as the CSV file of NCCL's example tuner plugin", False),
+    "bound": Tool("bench.tools.bound", "what compiled 2-rank rings and trees reach against a memory copy (no MPI)",
+                  False),
+    "treebuild": Tool("bench.tools.treebuild", "how long building the matched trees takes for 64-16384 ranks", False),
+    "gpu-check": Tool("bench.tools.gpu_check", "every algorithm and transport on GPU buffers against the device's copy "
+                      "bandwidth and NCCL (bench/gpu_check.sh runs it)", False),
+    "lab": Tool("bench.lab.__main__", "the network lab: namespaces with shaped links on one machine (root)", False),
+}

@@ -1,0 +1,267 @@
+"""``python -m bench model``: predicted all-reduce time and busbw of every algorithm, with what limits each.
+
+One row per size and algorithm: the model's time and busbw, what limits it (link, port,
+uplink, or latency where the start-ups dominate), and with ``--results`` the measured time
+and busbw beside them and each measured busbw over native MPI's (``mpi``). Below the table:
+where ring overtakes the binomial tree, the lower bound at the largest size (of any
+all-reduce on these links, :mod:`topology.model.lower_bound`: the traffic every rank or node must send
+over what its ports carry, or M over the network's minimum cut), the resource that binds
+each algorithm there, bamring's order, and each tree's levels and slowest links. Each row's
+"x bound" is its time over that bound at its size.
+
+Each algorithm is a sequence of phases, each phase a set of concurrent transfers. A
+transfer's rate is its max-min fair share of its link, of the egress port (NIC) of its
+node and the ingress port of the receiver's node (transfers between two ranks of one node
+use no port), and of the up- and down-links of the racks it leaves and enters; a phase
+takes alpha x (messages on the link) + bytes/rate of its slowest transfer. M is the bytes
+per rank, N the ranks, S = ceil(M / segment) segments of s = M/S bytes (algorithms.layout).
+Each algorithm's schedule, and its closed form on uniform links (alpha, beta, every rank a
+node whose port is beta), is its own (the ``schedule`` of its module in algorithms/), listed
+below the options.
+busbw = M / time x 2(N-1)/N, as nccl-tests reports it. With a probe file (--topology), alpha
+and beta are per link, the nodes, ports, racks and uplinks those of the file; a node without
+a port in the file gets its fastest link out and in as its port (--ports capacity). Without
+one, --ranks N, --alpha-us and --beta-GBps describe uniform links: --ranks-per-node R
+consecutive ranks a node (default 1: every rank its own node), each node's port --beta-GBps
+out and in, the links within a node --intra-GBps (default 10 x beta).
+"""
+
+import argparse
+import re
+import sys
+import textwrap
+
+import algorithms
+from algorithms.costs import SCHEDULES, cost_model
+from topology import BandwidthMatrix
+from topology.model import ACROSS, Network
+from topology.rings import ring_bottleneck
+
+from ..core.sizes import parse_size, sweep
+from ..formats.results import placement_time, read_results
+from ..formats.tables import comment, description, epilog, plural, ratio_text, significant, size_label, table
+from .compare import NATIVE
+
+ALGORITHMS = tuple(SCHEDULES)  # every algorithm the model knows: the registry's, with a schedule
+
+
+def schedules_text():
+    """Every modelled algorithm's schedule in words: the first paragraph of its docstring."""
+    lines = ["The algorithms' schedules (M bytes per rank, N ranks, S segments of s bytes):"]
+    for name, schedule in SCHEDULES.items():
+        first = " ".join((schedule.__doc__ or "").strip().split("\n\n")[0].split())
+        first = re.sub(r":\w+:`([^`]*)`", r"\1", first).replace("``", "")  # no reST marks in --help
+        wrapped = textwrap.wrap(first, 84) or ["(undocumented)"]
+        lines += [f"  {name:8s}{wrapped[0]}", *(f"  {'':8s}{line}" for line in wrapped[1:])]
+    return "\n".join(lines)
+
+
+def tree_method(name):
+    """The ``topology.build_tree`` method of a tree algorithm of the registry, else None."""
+    return getattr(algorithms.ALGORITHMS.get(name), "tree_method", None)
+
+
+def ring_worked_example(n=8, nbytes=14e9, beta_GBps=400, alpha_us=10):
+    """The ring's worked example of 8 ranks with 14 GB at 400 GB/s and 10 us: (volume per
+    rank in bytes, bandwidth term s, latency term s)."""
+    volume = 2 * (n - 1) / n * nbytes
+    return volume, volume / (beta_GBps * 1e9), 2 * (n - 1) * alpha_us * 1e-6
+
+
+def measured_rows(paths):
+    """{(algorithm, size): out-of-place dict (time us, bus_bw GB/s)} of our all-reduce rows in
+    ``paths``, and the rank counts they ran on; ``ValueError`` for a file without any."""
+    measured, ranks = {}, set()
+    for path in paths:
+        rows = [r for r in read_results(path) if r.get("collective", "allreduce") == "allreduce"
+                and isinstance(r.get("out_of_place"), dict) and "algorithm" in r]
+        if not rows:
+            raise ValueError(f"--results {path}: no all-reduce rows of python -m bench (-J or --log)")
+        for r in rows:
+            measured[(r["algorithm"], r["size"])] = r["out_of_place"]
+            ranks.update([r["ranks"]] if "ranks" in r else [])
+    return measured, ranks
+
+
+HEADER = ["size", "algorithm", "model us", "model GB/s", "limited by", "x bound"]
+MEASURED_HEADER = ["measured us", "measured GB/s", "x bound", f"vs {NATIVE}"]
+LEGEND = ("us: the time of one all-reduce; GB/s: its busbw; limited by: what binds in the model; "
+          "x bound: the time over the lower bound of any all-reduce on these links (below the table)")
+
+
+def model_cells(model, algorithm, size):
+    """[time us, busbw GB/s, limited by, x bound] of the model, or dashes where it cannot model it."""
+    try:
+        estimate = model.estimate(algorithm, size)
+    except ValueError:
+        return ["-", "-", "-", "-"]
+    t = estimate.seconds
+    busbw = size / t / 1e9 * 2 * (model.n - 1) / model.n if t > 0 else 0.0
+    return [significant(t * 1e6), significant(busbw), str(estimate.limit), bound_multiple(model, size, t)]
+
+
+def bound_multiple(model, size, seconds):
+    """``seconds`` as a multiple of the lower bound at ``size`` ("1.23x"), "-" where there is none."""
+    try:
+        bound = model.lower_bound(size).seconds
+    except ValueError:
+        return "-"
+    return ratio_text(seconds / bound) if bound > 0 else "-"
+
+
+def model_table(model, algos, sizes, measured):
+    """Cells per size and algorithm: predicted time, busbw, what limits it and its multiple of
+    the lower bound; with ``measured`` also the measured ones and the measured busbw over
+    native MPI's (which gets a row of its own)."""
+    rows = []
+    for size in sizes:
+        native = measured.get((NATIVE, size), {}).get("bus_bw")
+        for a in algos + ([NATIVE] if native is not None else []):
+            row = [size_label(size), a]
+            row += ["-"] * 4 if a == NATIVE else model_cells(model, a, size)  # native: not modelled
+            seen = measured.get((a, size))
+            if seen:
+                t = placement_time(seen)
+                row += [significant(t), significant(seen["bus_bw"]), bound_multiple(model, size, t * 1e-6),
+                        ratio_text(seen["bus_bw"] / native) if native else "-"]
+            elif measured:
+                row += ["-"] * 4
+            rows.append(row)
+    return rows
+
+
+def notes(model, algos, largest=None):
+    """The comment lines after the table: ring against the binomial tree, what binds each
+    algorithm at the ``largest`` size, each tree's levels."""
+    lines = []
+    if "ring" in algos and "tree" in algos:
+        cross = model.crossover("ring", "tree")
+        lines.append(f"ring overtakes the binomial tree from {size_label(cross)}" if cross else
+                     "ring never overtakes the binomial tree on these links")
+    if largest:
+        try:
+            bound = model.lower_bound(largest)
+            lines.append(f"lower bound at {size_label(largest)}: {significant(bound.seconds * 1e6)} us, "
+                         f"{bound.kind}: {bound.detail}")
+        except ValueError as exc:
+            lines.append(f"no lower bound: {exc}")
+        binds = []
+        for a in algos:
+            try:
+                binds.append(f"{a}: {model.limit(a, largest).detail}")
+            except ValueError as exc:
+                binds.append(f"{a}: not modelled ({exc})")
+        lines.append(f"at {size_label(largest)}, limited by " + "; ".join(binds))
+    if "bamring" in algos and model.network.has_matrix and model.n > 1:
+        found = model.bottleneck_ring()
+        plain = ring_bottleneck(model.matrix.bandwidth, range(model.n))
+        if list(found.order) == list(range(model.n)):
+            where = "the ranks' own order"
+        else:
+            shown = " ".join(map(str, found.order[:16])) + (f" ... ({model.n} ranks)" if model.n > 16 else "")
+            where = f"order {shown} (the ranks' own order: slowest link {significant(plain)} GB/s)"
+        lines.append(f"bamring: {where}, slowest link {significant(found.bottleneck_GBps)} GB/s"
+                     + ("" if found.exact else f", {found.gap:.1%} below the bound {significant(found.bound_GBps)}"))
+    for a in algos:
+        method = tree_method(a)
+        if method:
+            tree = model.tree(method)
+            lines.append(f"{a}: {plural(tree.depth(), 'level')}, "
+                         f"{'bottleneck' if len(tree.bottlenecks) == 1 else 'bottlenecks'} (GB/s) "
+                         + ", ".join(f"{b:.2f}" for b in tree.bottlenecks))
+    return [comment(line) for line in lines]
+
+
+def main(argv):
+    p = argparse.ArgumentParser(prog="python -m bench model", description=description(__doc__),
+                                epilog=epilog(__doc__) + "\n\n" + schedules_text(),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--topology", metavar="FILE",
+                   help="a probe file (python -m topology probe): per-link alpha and beta, nodes and ports "
+                        "(default: uniform links)")
+    p.add_argument("--ranks", type=int, help="rank count for uniform links (no default: needed without --topology)")
+    p.add_argument("--ranks-per-node", type=int, default=1, metavar="R",
+                   help="with --ranks: R consecutive ranks a node, sharing its port (default 1)")
+    p.add_argument("--alpha-us", type=float, default=5.0, help="uniform start-up time, in us (default 5)")
+    p.add_argument("--beta-GBps", type=float, default=10.0,
+                   help="uniform link bandwidth between nodes, and each node's port, in GB/s (default 10)")
+    p.add_argument("--intra-GBps", type=float,
+                   help="with --ranks-per-node: link bandwidth within a node, in GB/s (default 10 x --beta-GBps)")
+    p.add_argument("--ports", choices=("capacity", "file"), default="capacity",
+                   help="with --topology, a node the file gives no port: capacity = as fast as its fastest "
+                        "link out and in, file = no port limit (default capacity)")
+    p.add_argument("--hier-across", choices=ACROSS, default="ring",
+                   help="hier's all-reduce between the nodes (default ring)")
+    p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("8"), metavar="SIZE",
+                   help="smallest message, in bytes; K, M, G are powers of 1024 (default 8)")
+    p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("256M"), metavar="SIZE",
+                   help="largest message, in bytes; K, M, G are powers of 1024 (default 256M)")
+    p.add_argument("-f", "--stepfactor", type=int, default=4, help="size multiplier between rows (default 4)")
+    p.add_argument("--algo", default=",".join(ALGORITHMS),
+                   help=f"comma list of algorithms to model (default {','.join(ALGORITHMS)})")
+    p.add_argument("--results", nargs="*", default=[], metavar="FILE",
+                   help="our -J documents or JSON-lines logs: measured time and busbw beside the model, "
+                        "and the ratio to native MPI (default: none)")
+    args = p.parse_args(argv)
+    try:
+        if args.topology:
+            if args.ranks_per_node != 1 or args.intra_GBps is not None:
+                raise ValueError("--ranks-per-node and --intra-GBps go with --ranks; a probe file has its own nodes")
+            matrix = BandwidthMatrix.load(args.topology)
+        elif args.ranks:
+            if args.ranks_per_node < 1:
+                raise ValueError("--ranks-per-node must be positive")
+            matrix = Network.uniform(args.ranks, args.beta_GBps, args.alpha_us, args.ranks_per_node,
+                                     args.intra_GBps)
+        else:
+            raise ValueError("give --topology FILE, or --ranks N with --alpha-us and --beta-GBps")
+        algos = args.algo.split(",")
+        bad = [a for a in algos if a not in ALGORITHMS]
+        if bad:
+            raise ValueError(f"unknown --algo {','.join(bad)}; choices: {','.join(ALGORITHMS)}")
+        sizes = sweep(args.minbytes, args.maxbytes, args.stepfactor)
+        measured, measured_ranks = measured_rows(args.results)
+        model = cost_model(matrix, ports=args.ports, across=args.hier_across)
+        for a in algos:  # a tree that cannot be built on these links is refused here, not in the table
+            if tree_method(a):
+                model.tree(tree_method(a))
+    except (ValueError, OSError) as exc:
+        print(f"python -m bench model: {exc}", file=sys.stderr)
+        return 2
+    print("\n".join(heading(args, model, measured_ranks)))
+    header = HEADER + (MEASURED_HEADER if measured else [])
+    print("\n".join(table(header, model_table(model, algos, sizes, measured), left=(1, 4))))
+    print("\n".join(notes(model, algos, max(sizes))))
+    return 0
+
+
+def heading(args, model, measured_ranks):
+    """The comment lines above the table: the links, the nodes and their ports, and what the
+    measured columns are."""
+    network = model.network
+    source = f"the links of {args.topology}" if args.topology else \
+        f"uniform links, alpha {args.alpha_us:g} us, beta {args.beta_GBps:g} GB/s"
+    lines = [comment(f"alpha-beta model of {plural(model.n, 'rank')}, {source}")]
+    k = network.node_count
+    nodes = "every rank its own node" if k == model.n else \
+        f"{plural(k, 'node')} of {'/'.join(sorted({str(len(g)) for g in network.node_ranks()}))} ranks"
+    if not args.topology:
+        if args.ranks_per_node > 1:
+            nodes += f", links within a node {network.describe['intra_GBps']:g} GB/s"
+        ports = f"each node's port {args.beta_GBps:g} GB/s out and in"
+    elif network.matrix.ports is not None:
+        ports = "the ports of the file"
+    elif args.ports == "capacity":
+        ports = "each node's port as fast as its fastest link out and in"
+    else:
+        ports = "no port limits"
+    hier = f"; hier across nodes: {model.across}" if "hier" in args.algo.split(",") else ""
+    lines.append(comment(f"{nodes}; {ports}, shared max-min fairly by the node's concurrent transfers{hier}"))
+    if args.results:
+        lines.append(comment(f"measured (out-of-place): {', '.join(args.results)}; vs {NATIVE} = measured busbw / "
+                             f"the measured busbw of native MPI ({NATIVE}) at the same size"))
+    if measured_ranks - {model.n}:
+        ran = ", ".join(map(str, sorted(measured_ranks)))
+        lines.append(comment(f"note: the measured runs had {ran} ranks, the model {model.n}"))
+    lines.append(comment(LEGEND))
+    return lines

@@ -1,0 +1,434 @@
+"""``mpiexec -n 2 python -m bench perf``: our all-reduces against native MPI and a lone copy, each target judged.
+
+For each size: native ``MPI_Allreduce`` and each of our algorithms (``check=False``;
+the agreement check's extra cost is reported beside; ring and trees also on registered
+vectors, ``algorithms.alloc_registered``), repeated ``--repeats`` times, median kept,
+and the whole sweep run ``--runs`` times, the median of the sweeps kept; busbw, the
+ratio to native, and a single-process ``numpy.copyto`` of the same size (the physical
+reference; beside it the same copy by every rank at once, which shares the caches and
+memory bus as the all-reduce's ranks do), timed in turn with the all-reduces on the
+same vectors; where PyTorch is installed, its gloo all-reduce (:mod:`bench.baselines.gloo`) among
+them. Also the 8-byte latency against native, the per-call Python overhead (our call
+on a one-rank communicator, where nothing moves, minus a bare copy), the Python cost of an
+8-byte call over its bare ``MPI_Sendrecv`` exchanges (2 ranks; rd and the ring also
+persistent, ``algorithms.allreduce_init``), whether steady-state calls allocate
+(tracemalloc), and each rank's peak memory (VmHWM, measured first) against send + receive + one chunk
+of workspace + 64 MiB of interpreter.
+Writes ``results/perf-cpu.json`` and ``results/perf-cpu.md`` (rank 0, atomically); the
+Markdown ends with ``results/perf-cpu-notes.md`` when it exists (the analysis of the misses).
+For a fair native baseline, tell glibc's malloc to keep freed large blocks instead of
+returning them to the kernel (else native ``MPI_Allreduce`` page-faults its temporary buffer
+afresh at every large call):
+``MALLOC_MMAP_THRESHOLD_=2147483648 MALLOC_TRIM_THRESHOLD_=8589934592``.
+"""
+
+import argparse
+import datetime
+import functools
+import os
+import statistics
+import tracemalloc
+
+import numpy as np
+from mpi4py import MPI
+
+import algorithms
+from topology.files import write_json_atomically, write_text_atomically
+
+from ..baselines.gloo import GlooBaseline
+from ..baselines.gloo import problem as gloo_problem
+from ..core.collectives import AllReduce
+from ..core.machine import describe, tuning_path
+from ..core.memory import status_bytes
+from ..core.pages import huge_page_share, small_page_vector
+from ..core.sizes import parse_size, sweep
+from ..core.startup import refused
+from ..core.timing import iterations_for, timed
+
+#: ours: auto's candidates from the registry (native MPI through our entry point is the baseline's row), and auto
+ALGOS = (*(a for a in algorithms.auto.candidates() if a != "native"), "auto")
+REGISTERED = ("ring", "tree", "dbtree")  # also timed on vectors from algorithms.alloc_registered, as "<algo>_reg"
+IN_PLACE = "ring_reg_inplace"  # and the ring in place on one, as nccl-tests' in-place columns
+SMALL_PAGES = ("native", "ring")  # also timed on plain vectors held in 4 KiB pages, as "<name>_4kpages"
+MIB = 1 << 20
+#: half the Python cost of a small call over its bare MPI_Sendrecv exchanges before the one-shot
+#: work (rd 3.3 us, ring 5.8 us at 8 B on 2 ranks, bench perf of 2026-12-01)
+HALVED_COST_US = {"rd": 1.65, "ring": 2.9}
+#: the bare MPI_Sendrecv exchanges of an 8-byte call on 2 ranks, of the algorithms whose cost over
+#: them is judged; each is also timed bound once, as "<algo>_persistent"
+EXCHANGES = {"rd": 1, "ring": 2}
+GLOO_ITERS = 20  # gloo's calls take 0.6 ms and more: 20 of them time it well
+
+
+def copy_calls(comm, source, target):
+    """The physical references, as candidates of :func:`timed` on the benchmark's own vectors:
+    ``copy``, one process's ``numpy.copyto`` (rank 0 copies, the others wait, so the slowest
+    rank's time is its), and ``copy_all_ranks``, every rank copying at once (each its own
+    vectors), which shares the caches and memory bus as the all-reduce's ranks do. Timed in
+    turn with the all-reduces, a busy moment of the machine falls on the copy as on them."""
+    alone = comm.Get_rank() == 0
+    return {"copy": (lambda: np.copyto(target, source)) if alone else (lambda: None),
+            "copy_all_ranks": lambda: np.copyto(target, source)}
+
+
+def steady_state_allocation(comm, algorithm, count, calls=50):
+    """After warm-up, ``calls`` repeated calls on the same buffers, traced twice: the bytes
+    from the ``algorithms`` package still allocated after the second window that were not
+    after the first (tracemalloc's own bookkeeping excluded), the same for the first window
+    alone, and the largest transient allocation during a call (views and requests are ~100
+    bytes each; a vector-sized temporary would show here). The first traced window can show
+    a constant few dozen bytes that never grow: NumPy keeps the shape buffers of freed views
+    in its own cache, and one refilled under tracing stays counted."""
+    x = np.ones(count, np.float32)
+    y = np.empty_like(x)
+    for _ in range(5):
+        algorithms.allreduce(x, y, algorithm=algorithm, comm=comm, check=False)
+    ours = [tracemalloc.Filter(True, os.path.join(os.path.dirname(algorithms.__file__), "*"))]
+    tracemalloc.start()
+    tracemalloc.take_snapshot().filter_traces(ours)  # warms the caches that filtering itself fills
+    snapshots = [tracemalloc.take_snapshot().filter_traces(ours)]
+    transient = 0
+    for _ in range(2):
+        for _ in range(calls):
+            base = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            algorithms.allreduce(x, y, algorithm=algorithm, comm=comm, check=False)
+            transient = max(transient, tracemalloc.get_traced_memory()[1] - base)
+        snapshots.append(tracemalloc.take_snapshot().filter_traces(ours))
+    tracemalloc.stop()
+    first, grown = (sum(stat.size_diff for stat in after.compare_to(before, "filename") if stat.size_diff > 0)
+                    for before, after in zip(snapshots, snapshots[1:]))
+    return {"retained": comm.allreduce(grown, op=MPI.MAX), "retained_first_window": comm.allreduce(first, op=MPI.MAX),
+            "transient_peak": comm.allreduce(transient, op=MPI.MAX)}
+
+
+def measure_sizes(comm, registered, sizes, repeats, factor, gloo=None):
+    """One sweep: for each size, every candidate and the copies timed in turn (:func:`timed`);
+    seconds per call, copy GB/s and busbw (``factor`` = 2(N-1)/N) per row. The candidates on
+    registered vectors run on ``registered``, a duplicate of ``comm``: once a communicator has
+    registered vectors, its large plain messages are announced in the mailboxes too, and the
+    plain candidates should take the path of a program that registers nothing."""
+    rows = []
+    for nbytes in sizes:
+        count = max(nbytes // 4, 1)
+        x = np.ones(count, np.float32)
+        y = np.empty_like(x)
+        iters = iterations_for(nbytes)
+        row = {"bytes": count * 4}
+        calls = {"native": lambda: comm.Allreduce(x, y, op=MPI.SUM)}
+        for algo in ALGOS:  # each called as a program calls it, as the baselines are, in a lambda
+            calls[algo] = lambda algo=algo: algorithms.allreduce(x, y, algorithm=algo, check=False)
+        calls["ring_checked"] = lambda: algorithms.allreduce(x, y, algorithm="ring")
+        if nbytes == 8 and comm.Get_size() == 2:  # the bare exchange the per-call costs are counted over
+            peer, incoming = 1 - comm.Get_rank(), np.empty_like(x)
+            calls["sendrecv"] = lambda: comm.Sendrecv(x, peer, 0, incoming, peer, 0)
+            for algo in EXCHANGES:  # checked once (algorithms.allreduce_init), beside the calls checked each time
+                calls[f"{algo}_persistent"] = algorithms.allreduce_init(x, y, algorithm=algo, comm=comm)
+        if gloo is not None:
+            calls["gloo"] = functools.partial(gloo, x, y)
+        rx, ry = (algorithms.alloc_registered(count, np.float32, comm=registered) for _ in range(2))
+        rx[:] = 1
+        for algo in REGISTERED:
+            calls[f"{algo}_reg"] = lambda algo=algo: algorithms.allreduce(rx, ry, algorithm=algo, comm=registered,
+                                                                          check=False)
+        rz = algorithms.alloc_registered(count, np.float32, comm=registered)
+        rz[:] = 0  # summed into itself call after call: zeros stay finite (ones would overflow to inf)
+        calls[IN_PLACE] = lambda: algorithms.allreduce(rz, None, algorithm="ring", comm=registered, check=False)
+        sx, sy = (small_page_vector(count, np.float32) for _ in range(2))
+        sx[:] = 1
+        calls["native_4kpages"] = lambda: comm.Allreduce(sx, sy, op=MPI.SUM)
+        calls["ring_4kpages"] = lambda: algorithms.allreduce(sx, sy, algorithm="ring", check=False)
+        calls.update(copy_calls(comm, x, y))
+        seconds = timed(comm, calls, iters, 3, repeats, {"gloo": GLOO_ITERS})
+        row["plain_huge_share"], row["small_pages_huge_share"] = (least_huge_share(comm, pair) for pair in ((x, y), (sx, sy)))
+        for vector in (rz, ry, rx):
+            algorithms.free_registered(vector, comm=registered)
+        for name in ("copy", "copy_all_ranks"):  # read + write counted once, as busbw counts bytes once
+            row[f"{name}_GBps"] = row["bytes"] / seconds.pop(name) / 1e9
+        row.update({f"{name}_s": value for name, value in seconds.items()})
+        row["auto_ran"] = algorithms.auto.choice(count * 4, comm=comm)[0]
+        rows.append(with_busbw(row, factor))
+        if comm.Get_rank() == 0:
+            print({k: (round(v, 9) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+    return rows
+
+
+def least_huge_share(comm, vectors):
+    """The smallest share of ``vectors`` in huge pages on any rank (:func:`.pages.huge_page_share`;
+    None where a rank cannot read its memory map)."""
+    shares = [share for rank in comm.allgather([huge_page_share(v) for v in vectors]) for share in rank]
+    return None if None in shares else round(min(shares), 3)
+
+
+def with_busbw(row, factor):
+    """``row`` with ``<candidate>_busbw`` (GB/s) from its ``<candidate>_s``."""
+    for key in ("native", *ALGOS, *(f"{a}_reg" for a in REGISTERED), IN_PLACE, *(f"{a}_4kpages" for a in SMALL_PAGES),
+                *(["gloo"] if "gloo_s" in row else [])):
+        row[f"{key}_busbw"] = row["bytes"] / row[f"{key}_s"] / 1e9 * factor
+    return row
+
+
+def median_rows(runs, factor):
+    """Per size, the median over the sweeps ``runs`` of every time and copy bandwidth (busbw
+    follows from the median time), and the least huge-page shares. A sweep lasts half a minute or so; the memory bandwidth this
+    shared VM gets can change for minutes at a time, so the median of sweeps spread over
+    several minutes is steadier than more repeats within one."""
+    merged = []
+    for rows in zip(*runs):
+        row = {"bytes": rows[0]["bytes"]}
+        for key in rows[0]:
+            if key.endswith(("_s", "_GBps")):
+                row[key] = statistics.median(r[key] for r in rows)
+            elif key == "auto_ran":
+                row[key] = rows[0][key]
+            elif key.endswith("_share"):
+                row[key] = None if None in (r[key] for r in rows) else min(r[key] for r in rows)
+        merged.append(with_busbw(row, factor))
+    return merged
+
+
+def peak_memory(comm, nbytes):
+    """Peak resident memory of each rank (VmHWM) after every algorithm ran on ``nbytes``
+    vectors, against the budget send + receive + one chunk + 64 MiB. Run before anything
+    else, so that the peak is this test's."""
+    interpreter = status_bytes("VmRSS")
+    x = np.ones(nbytes // 4, np.float32)
+    y = np.ones_like(x)
+    for algo in ALGOS:
+        for _ in range(3):
+            algorithms.allreduce(x, y, algorithm=algo, comm=comm, check=False)
+    peak = comm.allreduce(status_bytes("VmHWM"), op=MPI.MAX)
+    budget = 2 * x.nbytes + -(-x.nbytes // comm.Get_size()) + 64 * MIB
+    return {"vector_bytes": x.nbytes, "interpreter_bytes": comm.allreduce(interpreter, op=MPI.MAX),
+            "peak_bytes": peak, "budget_bytes": budget}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m bench.perf", description=__doc__.splitlines()[0])
+    p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("1K"),
+                   help="smallest vector, in bytes; K, M, G are powers of 1024; 8 B is always added (default 1K)")
+    p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("256M"),
+                   help="largest vector, in bytes; K, M, G are powers of 1024 (default 256M)")
+    p.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplier between sizes (default 2)")
+    p.add_argument("--repeats", type=int, default=7,
+                   help="turns of every candidate per size and sweep; the median is kept (default 7)")
+    p.add_argument("--runs", type=int, default=3,
+                   help="sweeps over all sizes; the table holds their median (default 3)")
+    p.add_argument("-o", "--output", default="results/perf-cpu",
+                   help="FILE prefix: writes FILE.json and FILE.md (default results/perf-cpu)")
+    p.add_argument("--tuning", metavar="FILE",
+                   help="the tuning table algorithm=\"auto\" follows (default: ALLREDUCE_TUNING_FILE, else "
+                        "results/tuning-<host>-<N>r.json from python -m bench tune where it exists, else the model)")
+    args = p.parse_args(argv)
+    comm = MPI.COMM_WORLD
+    tuning = args.tuning or os.environ.get("ALLREDUCE_TUNING_FILE") or tuning_path(comm)
+    if os.path.exists(tuning) or args.tuning:  # read by auto on first use, on every rank alike
+        os.environ["ALLREDUCE_TUNING_FILE"] = tuning
+    if refused(comm, "python -m bench perf", (args.output + ".json", args.output + ".md"), tuning=True):
+        return 2
+    n = comm.Get_size()
+    factor = 2 * (n - 1) / n if n > 1 else 0.0
+    memory = peak_memory(comm, min(args.maxbytes, 256 * MIB))
+    sizes = sorted({8, *sweep(args.minbytes, args.maxbytes, args.stepfactor)})
+    registered = comm.Dup()
+    gloo = gloo_baseline(comm)
+    runs = [measure_sizes(comm, registered, sizes, args.repeats, factor, gloo and gloo.runner(AllReduce, "gloo", comm, "sum"))
+            for _ in range(args.runs)]
+    registered.Free()
+    rows = median_rows(runs, factor)
+
+    one = MPI.COMM_SELF
+    tiny = np.ones(2, np.float32)
+    out = np.empty_like(tiny)
+    self_times = timed(one, {"bare": lambda: np.copyto(out, tiny),
+                             "ours": lambda: algorithms.allreduce(tiny, out, algorithm="ring", comm=one, check=False)},
+                       2000, 100, args.repeats)
+    bare, ours_self = self_times["bare"], self_times["ours"]
+    overhead = {"per_call_overhead_us": (ours_self - bare) * 1e6}
+    allocation = {a: steady_state_allocation(comm, a, 1 << 16) for a in ALGOS}
+    auto_reason = algorithms.auto.choice(8, comm=comm)[1]
+
+    if comm.Get_rank() == 0:
+        data = {"benchmark": "perf-cpu", "date": datetime.datetime.now(datetime.timezone.utc)
+                .isoformat(timespec="seconds"), "machine": describe(), "ranks": n,
+                "gloo": gloo.description if gloo else None, "auto": auto_reason,
+                "oversubscribed": n > (os.cpu_count() or 1), "rows": rows, **overhead,
+                "steady_state_python_bytes": allocation, "peak_memory": memory}
+        if any("sendrecv_s" in row for row in rows):
+            data["persistent_cost_us"] = persistent_costs(runs)
+        data["targets"] = targets(data, runs)
+        data["runs"] = [{"rows": run, "targets": targets(data, [run])} for run in runs]
+        write_json_atomically(args.output + ".json", data)
+        text = markdown(data)
+        notes = args.output + "-notes.md"  # hand-written: the profile behind each missed target
+        if os.path.exists(notes):
+            with open(notes) as f:
+                text += "\n" + f.read()
+        write_text_atomically(args.output + ".md", text)
+        print(text)
+    if gloo is not None:
+        gloo.close()
+    return 0
+
+
+def gloo_baseline(comm):
+    """PyTorch's gloo all-reduce as a started baseline where torch is installed on every rank, else None."""
+    if any(comm.allgather(gloo_problem())):
+        return None
+    gloo = GlooBaseline()
+    gloo.start(comm)
+    return gloo
+
+
+def persistent_costs(sweeps):
+    """Per algorithm of :data:`EXCHANGES`, the median over ``sweeps`` (lists of rows) of its
+    persistent call's time at 8 B less its bare exchanges (rd one, the ring two), in us."""
+    runs = [{r["bytes"]: r for r in rows}[8] for rows in sweeps]
+    return {algo: round(statistics.median((run[f"{algo}_persistent_s"] - exchanges * run["sendrecv_s"]) * 1e6
+                                          for run in runs), 2)
+            for algo, exchanges in EXCHANGES.items()}
+
+
+def targets(data, sweeps=None):
+    """The performance targets, each with the measured number and whether it holds. A ratio
+    is taken within each sweep (of ``sweeps``, lists of rows; default ``data["rows"]`` alone),
+    since only ratios measured in the same run compare on a shared machine, and its median
+    over the sweeps is judged."""
+    runs = [{r["bytes"]: r for r in rows} for rows in (sweeps or [data["rows"]])]
+    rows = runs[0]
+    checks = []
+
+    def median_ratio(size, of, to):
+        return statistics.median(of(run[size]) / to(run[size]) for run in runs)
+
+    def ratio_check(name, lo, hi, key, ref, bound):
+        sizes = [s for s in rows if lo <= s <= hi]
+        worst = min((median_ratio(s, lambda r: r[key], lambda r: r[ref]), s) for s in sizes) if sizes else (None, None)
+        checks.append({"target": name, "worst": worst[0] and round(worst[0], 3), "at_bytes": worst[1],
+                       "holds": bool(sizes) and worst[0] >= bound})
+
+    ratio_check("ring busbw >= 1.0x native, 256 KiB..256 MiB", 256 << 10, 256 << 20, "ring_busbw", "native_busbw", 1.0)
+    ratio_check("ring busbw >= 0.9x native, 32 KiB..256 KiB", 32 << 10, 256 << 10, "ring_busbw", "native_busbw", 0.9)
+    ratio_check("ring busbw >= 0.5x copy bandwidth, 16..256 MiB", 16 << 20, 256 << 20, "ring_busbw", "copy_GBps", 0.5)
+    ratio_check("ring busbw >= 0.5x copy bandwidth on registered vectors, 16..256 MiB", 16 << 20, 256 << 20,
+                "ring_reg_busbw", "copy_GBps", 0.5)
+    ratio_check("ring busbw >= 0.5x copy bandwidth, registered, in place, 16..256 MiB", 16 << 20, 256 << 20,
+                f"{IN_PLACE}_busbw", "copy_GBps", 0.5)
+    if 8 in rows:
+        best = median_ratio(8, lambda r: min(r[f"{a}_s"] for a in ALGOS), lambda r: r["native_s"])
+        checks.append({"target": "8-byte time of our best <= 3x native", "worst": round(best, 3),
+                       "at_bytes": 8, "holds": best <= 3})
+    ratio_check("auto busbw >= 1.0x native, 8 B..256 MiB", 8, 256 << 20, "auto_busbw", "native_busbw", 1.0)
+    if 8 in rows and "sendrecv_s" in rows[8]:
+        for algo, exchanges in EXCHANGES.items():
+            bound = HALVED_COST_US[algo]
+            cost = statistics.median((run[8][f"{algo}_s"] - exchanges * run[8]["sendrecv_s"]) * 1e6 for run in runs)
+            checks.append({"target": f"{algo}'s Python cost over its {exchanges} bare exchange(s) <= {bound} us",
+                           "worst": round(cost, 2), "at_bytes": 8, "holds": cost <= bound})
+    checks.append({"target": "per-call Python overhead < 10 us", "worst": round(data["per_call_overhead_us"], 2),
+                   "at_bytes": 8, "holds": data["per_call_overhead_us"] < 10})
+    ratio_check("tree busbw >= 0.8x ring at 64 MiB", 64 << 20, 64 << 20, "tree_busbw", "ring_busbw", 0.8)
+    ratio_check("tree busbw >= 0.8x ring at 64 MiB on registered vectors", 64 << 20, 64 << 20,
+                "tree_reg_busbw", "ring_reg_busbw", 0.8)
+    ratio_check("double binary tree (dbtree) busbw >= 0.8x ring at 64 MiB", 64 << 20, 64 << 20,
+                "dbtree_busbw", "ring_busbw", 0.8)
+    ratio_check("double binary tree busbw >= 0.8x ring at 64 MiB on registered vectors", 64 << 20, 64 << 20,
+                "dbtree_reg_busbw", "ring_reg_busbw", 0.8)
+    grown = max(a["retained"] for a in data["steady_state_python_bytes"].values())
+    transient = max(a["transient_peak"] for a in data["steady_state_python_bytes"].values())
+    checks.append({"target": "no steady-state allocation (bytes retained; transient peak < 16 KiB)",
+                   "worst": f"{grown} ({transient})", "at_bytes": 1 << 18,
+                   "holds": grown == 0 and transient < 16 << 10})
+    memory = data["peak_memory"]
+    checks.append({"target": "peak memory <= send + receive + one chunk + 64 MiB (MiB)",
+                   "worst": round(memory["peak_bytes"] / MIB, 1), "at_bytes": memory["vector_bytes"],
+                   "holds": memory["peak_bytes"] <= memory["budget_bytes"]})
+    return checks
+
+
+def _label(column):
+    return column.replace("_reg", " reg").replace("_inplace", " in place")
+
+
+def _measured(target):
+    return "size not run" if target["worst"] is None else target["worst"]
+
+
+def _verdict(target):
+    return f"{_measured(target)}{'' if target['holds'] else ' (no)'}"
+
+
+def markdown(data):
+    m = data["machine"]
+    runs = data.get("runs", [])
+    memory = data["peak_memory"]
+    columns = ["native", *ALGOS, *(f"{a}_reg" for a in REGISTERED), IN_PLACE]
+    lines = [f"# Performance, {data['ranks']} ranks{' (oversubscribed: reference only)' if data['oversubscribed'] else ''}",
+             "", f"{data['date']}, commit {m['commit']}, {m['cpu']} ({m['cores']} cores), {m['mpi'].split()[0]} "
+             f"{m['mpi'].split()[-1]}, malloc env: {m['env']}. float32 sum, out of place unless marked, check=False, "
+             f"median of {len(data.get('runs', [])) or 1} sweeps of repeats (the targets: per size, the median "
+             "over the sweeps of each sweep's ratio); busbw in GB/s. \"reg\": on registered vectors (`algorithms.alloc_registered`, "
+             "read in place by the peer, like nccl-tests -R); \"in place\": recvbuf is sendbuf; the others on "
+             "plain NumPy arrays.", "",
+             "| bytes | " + " | ".join(f"{_label(c)} (us)" for c in columns) + " | ring checked (us) | "
+             + " | ".join(f"{_label(c)} busbw" for c in columns) + " | ring/native | tree/ring | dbtree/ring | copy GB/s | ring/copy "
+             "| copy, all ranks at once GB/s | ring/that | ring reg/copy | ring reg in place/copy | tree reg/ring reg "
+             "| dbtree reg/ring reg | auto/native | auto ran |",
+             "|---:|" + "---:|" * (2 * len(columns) + 14)]
+    for r in data["rows"]:
+        cells = [str(r["bytes"]), *(f"{r[f'{c}_s'] * 1e6:.1f}" for c in columns), f"{r['ring_checked_s'] * 1e6:.1f}",
+                 *(f"{r[f'{c}_busbw']:.2f}" for c in columns), f"{r['ring_busbw'] / r['native_busbw']:.2f}",
+                 f"{r['tree_busbw'] / r['ring_busbw']:.2f}", f"{r['dbtree_busbw'] / r['ring_busbw']:.2f}",
+                 f"{r['copy_GBps']:.1f}",
+                 f"{r['ring_busbw'] / r['copy_GBps']:.2f}", f"{r['copy_all_ranks_GBps']:.1f}",
+                 f"{r['ring_busbw'] / r['copy_all_ranks_GBps']:.2f}", f"{r['ring_reg_busbw'] / r['copy_GBps']:.2f}",
+                 f"{r[f'{IN_PLACE}_busbw'] / r['copy_GBps']:.2f}",
+                 f"{r['tree_reg_busbw'] / r['ring_reg_busbw']:.2f}",
+                 f"{r['dbtree_reg_busbw'] / r['ring_reg_busbw']:.2f}",
+                 f"{r['auto_busbw'] / r['native_busbw']:.2f}", r.get("auto_ran", "")]
+        lines.append("| " + " | ".join(cells) + " |")
+    if data.get("gloo"):
+        lines += ["", f"PyTorch's gloo all-reduce ({data['gloo']}; out of place: the input copied into the output, "
+                  "then reduced in place, as torch.distributed has it), timed in turn with the others:", "",
+                  "| bytes | gloo (us) | gloo busbw | ring/gloo | native/gloo |", "|---:|---:|---:|---:|---:|"]
+        for r in data["rows"]:
+            lines.append(f"| {r['bytes']} | {r['gloo_s'] * 1e6:.1f} | {r['gloo_busbw']:.3g} | "
+                         f"{r['ring_busbw'] / r['gloo_busbw']:.2f} | {r['native_busbw'] / r['gloo_busbw']:.2f} |")
+    lines += ["", f"Page backing (transparent huge pages: {m.get('transparent_hugepages', 'not recorded')}; "
+              "`bench.core.pages`): the least share in huge pages of the plain vectors above and of a second pair held "
+              "in 4 KiB pages (`MADV_NOHUGEPAGE`), over ranks and sweeps; native and ring timed in turn with the "
+              "others on that second pair, where MPI's kernel copy (CMA) pins every 4 KiB page of the sender's.", "",
+              "| bytes | in huge pages: plain / 4 KiB-page pair | native, 4 KiB pages (us) | ring, 4 KiB pages (us) "
+              "| ring/native, 4 KiB pages | ring time, 4 KiB pages/plain | ring, 4 KiB pages/copy |",
+              "|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in data["rows"]:
+        shares = " / ".join("unknown" if r[k] is None else f"{r[k]:.0%}" for k in ("plain_huge_share", "small_pages_huge_share"))
+        lines.append(f"| {r['bytes']} | {shares} | {r['native_4kpages_s'] * 1e6:.1f} | {r['ring_4kpages_s'] * 1e6:.1f} "
+                     f"| {r['ring_4kpages_busbw'] / r['native_4kpages_busbw']:.2f} | {r['ring_4kpages_s'] / r['ring_s']:.2f} "
+                     f"| {r['ring_4kpages_busbw'] / r['copy_GBps']:.2f} |")
+    exchange = next((r["sendrecv_s"] for r in data["rows"] if "sendrecv_s" in r), None)
+    lines += ["", f"auto: {data.get('auto')}. oneshot: every rank posts its vector in shared memory and "
+              "reduces all of them itself (one synchronisation); native: MPI_Allreduce through our entry point."]
+    if exchange is not None:
+        persistent = data.get("persistent_cost_us") or {}
+        lines += ["", f"A bare 8-byte MPI_Sendrecv: {exchange * 1e6:.2f} us, timed in turn with the others; "
+                  "a small call's Python cost is its time less its bare exchanges (rd one, ring two on 2 ranks). "
+                  "The same, persistent (`algorithms.allreduce_init`: checked once, then only run): "
+                  + ", ".join(f"{algo} {cost:.2f} us" for algo, cost in persistent.items()) + "."]
+    lines += ["", f"Per-call Python overhead (8 B on a one-rank communicator, minus a bare copy): "
+              f"{data['per_call_overhead_us']:.2f} us. Steady state over calls 51-100 on 256 KiB "
+              f"(bytes retained, the same over calls 1-50, largest transient): {data['steady_state_python_bytes']}. Peak memory per rank with {memory['vector_bytes'] // MIB} MiB "
+              f"vectors: {memory['peak_bytes'] / MIB:.1f} MiB (interpreter {memory['interpreter_bytes'] / MIB:.1f} "
+              f"MiB; budget {memory['budget_bytes'] / MIB:.1f} MiB).", "",
+              "| target | measured (worst) | at bytes | holds | " + " | ".join(f"sweep {i + 1}" for i in range(len(runs)))
+              + " |", "|---|---:|---:|---|" + "---:|" * len(runs)]
+    for i, t in enumerate(data["targets"]):
+        measured = _measured(t)
+        alone = [run["targets"][i] for run in runs]  # the same check on each sweep by itself
+        lines.append(f"| {t['target']} | {measured} | {t['at_bytes'] or ''} | {'yes' if t['holds'] else '**no**'} | "
+                     + " | ".join(_verdict(a) for a in alone) + " |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,130 @@
+"""``python -m bench scaling``: what all-reduce costs a data-parallel training step, per algorithm and rank count.
+
+The gradient is ``params x dtype size`` bytes. For each algorithm and rank count the
+communication time T_m comes from the model of ``python -m bench model`` (its --help has
+each algorithm's formula) on uniform links of ``--beta-GBps`` and ``--alpha-us``, or from a
+measured busbw (``--results``, each algorithm's busbw at its largest measured size);
+efficiency E = T_c / (T_c + T_m) and speed-up N x E. "limited by" says what the model's T_m
+is mostly made of: link, port, uplink, or latency (the start-ups, alpha).
+
+Every node has one port (NIC) of ``--beta-GBps`` out and in, which its concurrent transfers
+share max-min fairly. By default every rank is a node of its own: a tree's rank with k
+children and a parent moves k+1 segments through its port per period, so the binomial
+tree's busbw is at most 2(N-1)/N beta/ceil(log2 N), while the ring, one transfer through
+each port, takes 2(N-1)/N M/beta + 2(N-1) alpha. ``--ranks-per-node R`` puts R consecutive
+ranks on a node, linked at ``--intra-GBps`` (default 10 x beta), all sharing its port:
+there hier (``--hier-across`` ring or bamtree between the nodes) moves 2(K-1)/K M/beta
+through each port of K nodes.
+
+With ``--buckets K`` the gradient is sent in K equal buckets as they become ready
+during a backward pass of ``--backward-time`` seconds (DDP-style); only the
+communication that does not fit behind the remaining backward work is exposed (ideally
+the last bucket). The worked example: 7e9 float16 parameters over 8 ranks at 400 GB/s
+take 61 ms of ring.
+"""
+
+import argparse
+import sys
+
+import numpy as np
+
+from algorithms.costs import cost_model
+from topology.model import ACROSS, Network
+
+from ..formats.tables import comment, description, epilog, plural
+from .model import ALGORITHMS, measured_rows
+
+
+def exposed_time(bucket_time, buckets, backward):
+    """Communication left after the backward pass when bucket k is ready at k/K of it and
+    buckets go out one after another."""
+    finish = 0.0
+    for k in range(1, buckets + 1):
+        finish = max(finish, k * backward / buckets) + bucket_time
+    return max(finish - backward, 0.0)
+
+
+def measured_busbw(paths):
+    """{algorithm: busbw GB/s at its largest measured all-reduce size} from our results files."""
+    measured, _ = measured_rows(paths)
+    return {algo: place["bus_bw"] for (algo, _), place in sorted(measured.items(), key=lambda item: item[0][1])}
+
+
+def main(argv):
+    p = argparse.ArgumentParser(prog="python -m bench scaling", description=description(__doc__),
+                                epilog=epilog(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--params", type=float, required=True, help="model parameters, e.g. 7e9 (required)")
+    p.add_argument("--dtype", default="float16", help="gradient dtype, a NumPy name (default float16)")
+    p.add_argument("--compute-time", type=float, required=True,
+                   help="T_c: compute time per step, in seconds (required)")
+    p.add_argument("--ranks", default="8", help="comma list of rank counts (default 8)")
+    p.add_argument("--beta-GBps", type=float, default=400.0,
+                   help="link bandwidth between nodes, and each node's port, for the model, in GB/s (default 400)")
+    p.add_argument("--ranks-per-node", type=int, default=1, metavar="R",
+                   help="R consecutive ranks a node, sharing its port (default 1: every rank a node)")
+    p.add_argument("--intra-GBps", type=float,
+                   help="link bandwidth within a node, in GB/s (default 10 x --beta-GBps)")
+    p.add_argument("--hier-across", choices=ACROSS, default="ring",
+                   help="hier's all-reduce between the nodes (default ring)")
+    p.add_argument("--alpha-us", type=float, default=10.0, help="start-up time for the model, in us (default 10)")
+    p.add_argument("--results", nargs="*", default=[], metavar="FILE",
+                   help="our -J documents or JSON-lines logs: their measured busbw instead of the model "
+                        "(default: the model)")
+    p.add_argument("--buckets", type=int, default=0,
+                   help="K equal gradient buckets overlapped with the backward pass (default 0: no overlap)")
+    p.add_argument("--backward-time", type=float,
+                   help="T_b: backward pass, in seconds (default: 2/3 of --compute-time)")
+    p.add_argument("--algo", default="ps,ring,tree",
+                   help=f"comma list of algorithms, of {','.join(ALGORITHMS)} (default ps,ring,tree)")
+    args = p.parse_args(argv)
+    try:
+        itemsize = np.dtype(args.dtype).itemsize
+        ranks = [int(r) for r in args.ranks.split(",")]
+        algos = args.algo.split(",")
+        bad = [a for a in algos if a not in ALGORITHMS]
+        if bad or min(ranks) < 1 or args.params <= 0 or args.compute_time <= 0 or args.ranks_per_node < 1:
+            raise ValueError(f"unknown --algo {','.join(bad)}" if bad else
+                             "--ranks, --ranks-per-node, --params and --compute-time must be positive")
+        measured = measured_busbw(args.results)
+    except (TypeError, ValueError, OSError) as exc:
+        print(f"python -m bench scaling: {exc}", file=sys.stderr)
+        return 2
+    nbytes = args.params * itemsize
+    backward = args.backward_time if args.backward_time is not None else args.compute_time * 2 / 3
+    r = args.ranks_per_node
+    intra = args.intra_GBps if args.intra_GBps is not None else 10 * args.beta_GBps
+    source = ("measured busbw from " + ", ".join(args.results)) if args.results else \
+        f"alpha-beta model, alpha {args.alpha_us:g} us, beta {args.beta_GBps:g} GB/s"
+    print(comment(f"gradient {nbytes / 1e9:.3f} GB ({args.params:g} x {args.dtype}), T_c {args.compute_time:g} s, {source}"))
+    if not args.results:
+        nodes = "every rank its own node" if r == 1 else \
+            f"{r} ranks a node, linked at {intra:g} GB/s within it; hier across nodes: {args.hier_across}"
+        print(comment(f"{nodes}; each node's port {args.beta_GBps:g} GB/s out and in, "
+                      "shared by its concurrent transfers"))
+    if args.buckets:
+        print(comment(f"{plural(args.buckets, 'bucket')} overlapped with a {backward:g} s backward pass"))
+    print(f"{'algorithm':>10}  {'ranks':>6}  {'T_m (s)':>10}  {'exposed (s)':>11}  {'efficiency':>10}  {'speed-up':>8}"
+          f"  {'limited by':<10}")
+    for algo in algos:
+        for n in ranks:
+            limit = "-"
+            if args.results:
+                if algo not in measured:
+                    continue
+                factor = 2 * (n - 1) / n if n > 1 else 0
+                t_m = nbytes * factor / (measured[algo] * 1e9) if factor else 0.0
+                bucket = t_m / args.buckets if args.buckets else 0.0
+            else:
+                model = cost_model(Network.uniform(n, args.beta_GBps, args.alpha_us, r, intra), across=args.hier_across)
+                try:
+                    estimate = model.estimate(algo, nbytes)
+                except ValueError as exc:
+                    print(f"{algo:>10}  {n:6d}  not modelled: {exc}")
+                    continue
+                t_m, limit = estimate.seconds, str(estimate.limit)
+                bucket = model.time(algo, nbytes / args.buckets) if args.buckets else 0.0
+            exposed = exposed_time(bucket, args.buckets, backward) if args.buckets else t_m
+            efficiency = args.compute_time / (args.compute_time + exposed)
+            print(f"{algo:>10}  {n:6d}  {t_m:10.4f}  {exposed:11.4f}  {efficiency * 100:9.1f}%  {n * efficiency:8.2f}"
+                  f"  {limit}")
+    return 0
