@@ -56,7 +56,8 @@ def populate(address, nbytes):
     return None if code == errno.EINVAL else errno.errorcode.get(code, str(code))
 
 
-def _pages(nbytes):
+def whole_pages(nbytes):
+    """``nbytes`` rounded up to whole pages: what tmpfs takes to back them."""
     return -(-nbytes // PAGE) * PAGE
 
 
@@ -84,7 +85,7 @@ def allocate_shared(comm, node, nbytes, disp_unit, what, fix=SHM_FIX, info=MPI.I
     ``Split_type``); collective over ``comm``, whose every rank raises the same
     :class:`ShmTooSmall`, saying ``what`` needed the room and ``fix``, when some node cannot
     back its window."""
-    check_room(comm, node, _pages(max(nbytes, 1)), what, fix)
+    check_room(comm, node, whole_pages(max(nbytes, 1)), what, fix)
     return allocate_touched(comm, node, nbytes, disp_unit, what, fix, info)
 
 

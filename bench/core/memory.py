@@ -19,8 +19,7 @@ import os
 from mpi4py import MPI
 
 from algorithms.transports.registered import REGISTERED_FIX
-from algorithms.transports.shared_windows import check_room
-from topology.shm import PAGE
+from algorithms.transports.shared_windows import check_room, whole_pages
 
 VECTORS_PER_RANK = 7
 REGISTERED_COPIES = 5
@@ -92,7 +91,7 @@ def check_registered_room(comm, largest):
     ``largest`` bytes) would not fit the node's ``/dev/shm`` (collective)."""
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:
-        check_room(comm, node, REGISTERED_COPIES * -(-largest // PAGE) * PAGE,
+        check_room(comm, node, REGISTERED_COPIES * whole_pages(largest),
                    f"-R 1 at the largest size ({REGISTERED_COPIES} registered vectors of {largest} B a rank)",
                    REGISTERED_FIX)
     finally:

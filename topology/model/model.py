@@ -70,11 +70,6 @@ class Model:
     def matrix(self):
         return self.network.matrix
 
-    @property
-    def algorithms(self):
-        """The names this model can estimate, in the order it was given them."""
-        return tuple(self.schedules)
-
     # ---- the public calls
 
     def time(self, algorithm, nbytes, across=None):
