@@ -28,6 +28,7 @@ from topology.probe import node_numbers
 
 from .costs import SCHEDULES, cost_model
 from .executor import private_comm
+from .ops import LOW_PRECISION, is_floating
 from .registry import ALGORITHMS, needs_bandwidth
 from .settings import setting
 
@@ -125,8 +126,10 @@ class Choices:
 
     def _usable(self, dtype, op):
         names = set(candidates())
-        if op in ("max", "min") and np.dtype(dtype).kind == "f":
+        if op in ("max", "min") and is_floating(dtype):
             names.discard("native")  # MPI's MAX and MIN need not give NaN where one rank has it; ours all do
+        if np.dtype(dtype) in LOW_PRECISION:
+            names.discard("native")  # MPI has no bfloat16 or fp8 reduction
         if not self.single_node:  # those that would run another algorithm across nodes
             names -= {name for name in names if getattr(ALGORITHMS[name], "one_node_only", False)}
         return names

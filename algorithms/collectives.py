@@ -13,7 +13,7 @@ from . import auto, ring
 from .agreement import FIELDS, agree
 from .arrays import array_module, check_vector, overlaps, same_memory
 from .executor import LAST_CALL, LAST_USED, private_comm
-from .ops import DTYPE_INDEX, DTYPES, OPS, check_op_dtype, dtype_index, op_index
+from .ops import DTYPE_INDEX, DTYPES, FLOATING, OPS, check_op_dtype, dtype_index, op_index
 from .plans import tree_for
 from .registry import ALGORITHMS
 from .transports.registered import Registry
@@ -285,7 +285,7 @@ def _common_case(sendbuf, recvbuf, op, algorithm, tree, bandwidth):
     if (sendbuf.ndim != 1 or recvbuf.ndim != 1 or not sendbuf.flags.c_contiguous or not flags.c_contiguous
             or not flags.writeable or recvbuf.dtype is not dtype or recvbuf.size != sendbuf.size
             or dtype not in DTYPE_INDEX or type(op) is not str or op not in OPS
-            or (op == "avg" and dtype.kind != "f")):
+            or (op == "avg" and dtype not in FLOATING)):
         return None
     if recvbuf is sendbuf or ((sendbuf.base is not None or recvbuf.base is not None) and overlaps(sendbuf, recvbuf)):
         return None  # in place, or overlapping (two vectors that own their memory cannot overlap)

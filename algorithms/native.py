@@ -13,12 +13,32 @@ import numpy as np
 from mpi4py import MPI
 
 from .arrays import stream_synchronize
+from .ops import LOW_PRECISION
 from .transports.mpi import mpi_is_cuda_aware
 
 MPI_OPS = {"sum": MPI.SUM, "avg": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
 
 
+def no_mpi_type(dtype):
+    """Why MPI cannot reduce ``dtype`` (text), else None: MPI 4.1 names no fp8 type, and MPICH
+    defines ``MPI_BFLOAT16_T`` as ``MPI_DATATYPE_NULL`` (mpi4py's ``MPI.BFLOAT16_T`` says which)."""
+    if dtype not in LOW_PRECISION:
+        return None
+    if dtype.name == "bfloat16" and MPI.BFLOAT16_T != MPI.DATATYPE_NULL:
+        return "mpi4py passes no bfloat16 buffer to MPI_BFLOAT16_T"
+    if dtype.name == "bfloat16":
+        return "this MPI library has no bfloat16 (its MPI_BFLOAT16_T is MPI_DATATYPE_NULL)"
+    return f"MPI has no {dtype.name} type"
+
+
+def _refuse(dtype):
+    problem = no_mpi_type(dtype)
+    if problem is not None:
+        raise TypeError(f"algorithm 'native' (MPI_Allreduce): {problem}")
+
+
 def allreduce(coll, sendbuf, recvbuf):
+    _refuse(sendbuf.dtype)
     op = MPI_OPS[coll.op]
     if coll.xp is np:
         coll.comm.Allreduce(MPI.IN_PLACE if recvbuf is sendbuf else sendbuf, recvbuf, op=op)
@@ -36,6 +56,7 @@ def bind(coll, count, dtype):
     """``run(sendbuf, recvbuf)``: ``MPI_Allreduce`` itself on host vectors, else :func:`allreduce`."""
     if coll.xp is not np:
         return functools.partial(allreduce, coll)
+    _refuse(np.dtype(dtype))
     mpi_allreduce, op, in_place = coll.comm.Allreduce, MPI_OPS[coll.op], MPI.IN_PLACE
 
     def run(sendbuf, recvbuf):
@@ -49,5 +70,6 @@ def describe(private, transport):
 
 
 allreduce.bind = bind
+allreduce.lacks = no_mpi_type
 allreduce.describe = describe
 allreduce.by_name_only = True  # MPI's own, through our entry point: the mpi baseline is the comparison

@@ -4,8 +4,15 @@ An op is applied with the array's own module (``numpy`` or ``cupy``), as
 ``ufunc(a, b, out=out)``, so the same table serves CPU and GPU buffers.
 ``avg`` is ``sum`` followed by division by the rank count (floats only), as
 NCCL's ``ncclAvg``.
+
+The low-precision floats (``bfloat16``, ``float8_e4m3fn``, ``float8_e5m2``) are NumPy dtypes of
+``ml_dtypes``; their ufuncs compute each element in float32 and round the result to the type
+(round to nearest even), as NCCL's kernels do, so every reduction happens in the type's own
+arithmetic. Two partial results combine the same way whichever rank combines them (IEEE
+addition and multiplication commute), so every rank ends with bit-identical results.
 """
 
+import ml_dtypes
 import numpy as np
 
 #: Op name -> name of the element-wise ufunc that combines two partial results.
@@ -25,7 +32,11 @@ DTYPES = tuple(
         "uint8", "uint16", "uint32", "uint64",
         "float16", "float32", "float64",
     )
-)
+) + tuple(np.dtype(t) for t in (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2))
+
+#: The floating types NumPy does not count as floating (``kind`` is not ``"f"`` for all of them).
+LOW_PRECISION = frozenset(DTYPES[-3:])
+FLOATING = frozenset(dt for dt in DTYPES if dt.kind == "f") | LOW_PRECISION
 
 DTYPE_INDEX = {dt: i for i, dt in enumerate(DTYPES)}
 _OP_INDEX = {name: i for i, name in enumerate(OPS)}
@@ -52,9 +63,14 @@ def op_index(op):
         raise ValueError(f"unknown op {op!r}; choices: {', '.join(OPS)}") from None
 
 
+def is_floating(dtype):
+    """Whether ``dtype`` is one of our floating types, the low-precision ones included."""
+    return np.dtype(dtype) in FLOATING
+
+
 def check_op_dtype(op, dtype):
     """Reject combinations that have no exact meaning: ``avg`` needs a floating dtype."""
-    if op == "avg" and np.dtype(dtype).kind != "f":
+    if op == "avg" and not is_floating(dtype):
         raise TypeError(f"op 'avg' needs a floating dtype, got {np.dtype(dtype).name}; use 'sum'")
 
 

@@ -15,7 +15,8 @@ repeats done once; the entry point keeps one per shape and calls it on the repea
 communicator, given the transport's own words (:func:`.collectives.transport_in_use`;
 collective: it may make what the algorithm keeps there). ``by_name_only`` marks one that the
 benchmark's ``--algo all`` leaves out (native MPI through our entry point), ``one_node_only``
-one that runs another algorithm across nodes (so ``auto`` does not choose it there). A
+one that runs another algorithm across nodes (so ``auto`` does not choose it there), and
+``lacks(dtype)`` says why it cannot reduce a dtype (native MPI: bfloat16 and fp8). A
 ``schedule(model, nbytes)`` attribute says how it runs, as phases of concurrent transfers, for
 the cost model (:mod:`topology.model.model`); without one it is not modelled.
 """

@@ -76,6 +76,45 @@ def test_the_check_fill_is_its_closed_form(dtype, op):
             assert got.dtype == np.dtype(dtype) and np.array_equal(got, want), (count, size)
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn", "float8_e5m2", "float16"])
+@pytest.mark.parametrize("op", ["sum", "avg"])
+def test_low_precision_check_sums_stay_exact_in_any_order(dtype, op):
+    """Every partial sum of the fill is an integer the type holds, so any order of reduction
+    gives the float64 sum, which the expected vector is (avg: that sum divided in the type)."""
+    import ml_dtypes
+
+    dt = np.dtype(getattr(ml_dtypes, dtype, dtype))
+    holds = 2 ** (ml_dtypes.finfo(dt).nmant + 1)  # every integer up to this is exact
+    rng = np.random.default_rng(1)
+    for size in (1, 2, 3, 5, 8, 9, 17, 40, 300):
+        inputs = np.array([check_fill(dt, op, 50, r, size).astype(np.float64) for r in range(size)])
+        assert inputs.min() >= 0 and inputs.sum(0).max() <= holds, size  # so all partial sums are exact
+        assert inputs.sum(0).std() > 0 or size == 1, size  # elements differ, so a misplaced piece shows
+        order = rng.permutation(size)  # a random order, in the type's own arithmetic
+        acc = inputs[order[0]].astype(dt)
+        for r in order[1:]:
+            acc = np.add(acc, inputs[r].astype(dt))
+        want = inputs.sum(0).astype(dt)
+        if op == "avg":
+            acc, want = np.divide(acc, size), np.divide(want, size)
+        got = check_expected(dt, op, 50, size)
+        assert got.dtype == dt and np.array_equal(got.view(np.uint8), want.view(np.uint8)), size
+        assert np.array_equal(acc.view(np.uint8), got.view(np.uint8)), size
+
+
+def test_avg_counts_a_result_one_unit_in_the_last_place_off_as_right():
+    import ml_dtypes
+
+    from bench.core.check import wrong_elements
+
+    expected = np.array([1.0, 3.0, 0.333984375, 0.0], dtype=ml_dtypes.bfloat16)
+    one_ulp = np.array([1.0078125, 3.0, 0.3359375, 0.0], dtype=ml_dtypes.bfloat16)
+    two_ulps = np.array([1.015625, 3.0, 0.333984375, 0.0], dtype=ml_dtypes.bfloat16)
+    assert wrong_elements(one_ulp, expected, "avg") == 0
+    assert wrong_elements(two_ulps, expected, "avg") == 1
+    assert wrong_elements(one_ulp, expected, "sum") == 2  # every other op: bit for bit
+
+
 def test_memory_needs_and_the_refusal():
     assert bytes_needed(1 << 30) == 7 * (1 << 30) + (128 << 20)
     assert bytes_needed(1 << 30, registered=True) == 12 * (1 << 30) + (128 << 20)

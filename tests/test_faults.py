@@ -343,7 +343,7 @@ def test_avg_on_integers_alone_is_an_error(tmp_path):
     job = Job(tmp_path, [*SHORT, "-o", "avg", "-d", "int32", "--log", "none"])
     assert job.end(timeout=60)[0] == 2
     assert one_line(job.stderr()) == ("python -m bench: error: -o avg -d int32 leaves nothing to measure: avg is "
-                                      "defined for floating-point types only (-d half, float, double)")
+                                      "defined for floating-point types only (-d half, float, double, bfloat16, f8e4m3, f8e5m2)")
 
 
 def test_a_timeout_ends_every_rank_with_exit_3(tmp_path):

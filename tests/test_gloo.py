@@ -38,7 +38,7 @@ def test_gloo_on_every_dtype_it_takes(tmp_path):
 
 
 @pytest.mark.parametrize("flags,message", [
-    (["--algo", "gloo", "-d", "uint16"], "--algo gloo has no uint16 all-reduce; it takes -d int8"),
+    (["--algo", "gloo", "-d", "uint16"], "--algo gloo: gloo has no uint16 all-reduce; it takes int8"),
     (["--algo", "gloo", "--collective", "allgather"], "unknown --algo gloo for allgather"),
 ])
 def test_what_gloo_cannot_do_is_refused(flags, message):

@@ -53,6 +53,11 @@ class Baseline:
         """The variables (a dict) that ``argv`` needs set before MPI starts, or a problem (text)."""
         return {}
 
+    def lacks(self, name, dtype):
+        """Why ``name`` cannot reduce NumPy ``dtype`` (one line), else None; the sweep says it
+        once and measures the run's other types."""
+        return None
+
     def check(self, args, chosen):
         """A problem (text) with running ``chosen`` (its names among ``--algo``) with ``args``,
         or None; the same on every rank."""

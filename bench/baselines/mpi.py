@@ -138,6 +138,11 @@ class MpiBaseline(Baseline):
                     "ALLREDUCE_CUDA_AWARE=1 overrides)")
         return None
 
+    def lacks(self, name, dtype):
+        from algorithms.native import no_mpi_type  # once MPI runs (module docstring)
+
+        return no_mpi_type(dtype)
+
     def runner(self, spec, name, comm, op):
         return spec.run_mpi(comm, op)  # mpi:NAME: the library was told its algorithm at MPI_Init
 

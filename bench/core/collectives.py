@@ -11,6 +11,7 @@ from mpi4py import MPI
 import algorithms
 from algorithms.plans import tree_for
 
+from ..baselines import find
 from .check import check_expected, check_fill
 
 _MPI_OPS = {"sum": MPI.SUM, "avg": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
@@ -156,6 +157,17 @@ def _average(result, op, size):
     if op == "avg" and size > 1:
         result /= size
     return result
+
+
+def lacking(name, dtype):
+    """Why ``--algo`` entry ``name`` cannot reduce ``dtype`` (one line), else None: a baseline's
+    own answer, or our algorithm's ``lacks`` attribute (``native``: MPI has no bfloat16 or fp8)."""
+    dtype = np.dtype(dtype)
+    baseline = find(name)
+    if baseline is not None:
+        return baseline.lacks(name, dtype)
+    lacks = getattr(algorithms.ALGORITHMS.get(name), "lacks", None)
+    return lacks(dtype) if lacks is not None else None
 
 
 def needs_topology(name):

@@ -13,19 +13,23 @@ from mpi4py import MPI
 
 import algorithms
 from algorithms.hier import layout_of
+from algorithms.ops import LOW_PRECISION, is_floating
 from algorithms.settings import agree_settings
 from topology import BandwidthMatrix
 from topology.ending import first_problem
 
 from ..baselines import BASELINES, find
 from ..tools import TOOLS
-from .collectives import COLLECTIVES
+from .collectives import COLLECTIVES, lacking
 from .sizes import parse_size, sweep
 from .timing import AGGREGATIONS
 
 PROG = "python -m bench"
 ALIASES = {"float": "float32", "double": "float64", "half": "float16", "int": "int32",
-           "char": "int8", "uint": "uint32"}
+           "char": "int8", "uint": "uint32", "bf16": "bfloat16", "f8e4m3": "float8_e4m3fn",
+           "f8e5m2": "float8_e5m2"}
+#: the short names nccl-tests gives, shown in -d's choices
+SHORT_NAMES = "float, double, half, bfloat16, bf16, f8e4m3, f8e5m2, int, char, uint"
 
 DESCRIPTION = """\
 An nccl-tests-style sweep of every all-reduce algorithm, run under mpiexec:
@@ -94,7 +98,10 @@ def build_parser():
     what.add_argument("-o", "--op", default="sum", choices=[*algorithms.OPS, "all"],
                       help="reduction op, or all")
     what.add_argument("-d", "--datatype", default="float",
-                      help="float, double, half, int, char, uint, int8..uint64, float16..float64, or all")
+                      help="float, double, half, bfloat16 (bf16), f8e4m3, f8e5m2, int, char, uint, int8..uint64, "
+                           "float16..float64, float8_e4m3fn, float8_e5m2, or all (--device gpu: every type CuPy "
+                           "has, which are not bfloat16 and fp8); bfloat16 and fp8 reduce in their own arithmetic "
+                           "(each result rounded to the type), on inputs whose every partial sum the type holds")
     what.add_argument("-r", "--root", type=int, default=0,
                       help="root rank of rooted collectives; these three are rootless, so the root "
                            "column prints -1, as nccl-tests prints it for them")
@@ -208,6 +215,10 @@ def parse_args(argv):
     known = algorithm_names(spec)
     if args.local_register and args.device != "cpu":
         p.error("-R 1 needs --device cpu: registered vectors are host memory")
+    wanted = ALIASES.get(args.datatype, args.datatype)
+    if args.device == "gpu" and wanted in {dt.name for dt in LOW_PRECISION}:
+        p.error(f"-d {args.datatype} needs --device cpu: CuPy has no {wanted} arrays, so the GPU path cannot "
+                "hold them (a GPU run has yet to verify one)")
     if args.device == "gpu":
         problem = first_problem(comm, gpu_problem())
         if problem:
@@ -233,20 +244,26 @@ def parse_args(argv):
         except ValueError as exc:  # the same on every rank: the map is agreed on
             p.error(str(exc))
     names = [dt.name for dt in algorithms.DTYPES]
+    low = {dt.name for dt in LOW_PRECISION}
     if args.datatype == "all":
-        args.dtypes = names
+        args.dtypes = [n for n in names if args.device == "cpu" or n not in low]
     elif ALIASES.get(args.datatype, args.datatype) in names:
         args.dtypes = [ALIASES.get(args.datatype, args.datatype)]
     else:
-        p.error(f"unknown -d {args.datatype}; choices: {', '.join(names)}, float, double, half, int, char, uint, all")
+        p.error(f"unknown -d {args.datatype}; choices: {', '.join(names)}, {SHORT_NAMES}, all")
     for baseline in BASELINES:
         problem = baseline.check(args, [a for a in args.algos if baseline.matches(a)])
         if problem:
             p.error(problem)
+    named = [] if args.algo == "all" else args.algos
+    for algo in named:  # named alone for types it has none of: nothing to measure
+        reasons = [lacking(algo, dtype) for dtype in args.dtypes]
+        if all(reasons):
+            p.error(f"--algo {algo}: {reasons[0]}")
     args.ops = (list(algorithms.OPS) if args.op == "all" else [args.op]) if spec.has_op else ["none"]
     if not any(runs(dtype, op) for dtype in args.dtypes for op in args.ops):
         p.error(f"-o {args.op} -d {args.datatype} leaves nothing to measure: avg is defined for "
-                "floating-point types only (-d half, float, double)")
+                "floating-point types only (-d half, float, double, bfloat16, f8e4m3, f8e5m2)")
     try:
         args.sizes = sweep(args.minbytes, args.maxbytes, args.stepfactor, args.stepbytes)
     except ValueError as exc:
@@ -300,7 +317,7 @@ def in_all(name, args):
 
 def runs(dtype, op):
     """Whether the sweep measures ``op`` on ``dtype`` (avg only on floating types)."""
-    return op != "avg" or np.dtype(dtype).kind == "f"
+    return op != "avg" or is_floating(dtype)
 
 
 def gpu_problem():

@@ -31,7 +31,7 @@ from ..formats import summary
 from ..formats.report import TIMESTAMP_FORMAT, TYPE_NAMES, bandwidths, columns, footer, row
 from ..formats.results import ResultsWriter, bool_text
 from .check import wrong_elements
-from .collectives import COLLECTIVES, needs_topology, our_runner
+from .collectives import COLLECTIVES, lacking, needs_topology, our_runner
 from .device import select_device
 from .machine import describe, oversubscription
 from .memory import bytes_needed, check_memory, check_registered_room, reset_peak, resident_bytes, usage_line
@@ -220,6 +220,10 @@ def _sweep(comm, args, argv, spec, say, crowded, xp, device):
             reset_peak()
             wrong_here, busbws, held = 0, [], 0
             for dtype in args.dtypes:
+                reason = lacking(algo, dtype)
+                if reason:  # it runs the other types of -d all
+                    say(f"# {algo} skips -d {TYPE_NAMES.get(dtype, dtype)}: {reason}", flush=True)
+                    continue
                 for op in args.ops:
                     if not runs(dtype, op):
                         continue
@@ -381,7 +385,7 @@ def check(comm, spec, run, xp, dtype, op, total, in_place, args):
         with placed(comm, args, *((send,) if in_place else (send, recv))) as here:
             result = run(here[0], here[-1], check=True)
             result = result.get() if hasattr(result, "get") and xp is not np else result
-            wrong += wrong_elements(np.asarray(result), expected)
+            wrong += wrong_elements(np.asarray(result), expected, op)
             held = max(held, expected.nbytes + sum(a.nbytes for a in here))
     return comm.allreduce(wrong, op=MPI.SUM), held
 

@@ -34,7 +34,8 @@ def columns(per_iteration=False, cputime=False, timestamps=False):
 TYPE_NAMES = {
     "int8": "int8", "uint8": "uint8", "int32": "int32", "uint32": "uint32",
     "int64": "int64", "uint64": "uint64", "float16": "half", "float32": "float",
-    "float64": "double", "int16": "int16", "uint16": "uint16",
+    "float64": "double", "int16": "int16", "uint16": "uint16", "bfloat16": "bfloat16",
+    "float8_e4m3fn": "f8e4m3", "float8_e5m2": "f8e5m2",
 }
 
 

@@ -9,6 +9,7 @@ import pytest
 from mpi4py import MPI
 
 import algorithms
+from algorithms.ops import LOW_PRECISION
 from topology import random_heterogeneous
 
 
@@ -20,14 +21,19 @@ def comm():
 def rank_input(dtype, op, count, rank, size, salt=0):
     """Rank ``rank``'s input: small integers whose reduction is exact in every dtype, in any order.
 
-    sum/avg: values in [-4, 4] (unsigned: [0, 8]), so 8 ranks stay within int8/uint8.
+    sum/avg: values in [-4, 4] (unsigned: [0, 8]), so 8 ranks stay within int8/uint8; in
+    bfloat16 and fp8, values in [-1, 1], so every partial sum of 8 ranks is an integer in
+    [-8, 8], which float8_e5m2, the narrowest, holds.
     prod: +-1, times 2 on one rank per element, so the product is +-1 or +-2.
-    max/min: values spread over [-100, 100] (unsigned [0, 200]).
+    max/min: values spread over [-100, 100] (unsigned [0, 200]; in fp8 rounded to the type,
+    which keeps their order).
     """
     dtype = np.dtype(dtype)
     i = np.arange(count, dtype=np.int64)
     signed = dtype.kind != "u"
-    if op in ("sum", "avg"):
+    if op in ("sum", "avg") and dtype in LOW_PRECISION:
+        v = (i * 7 + rank * 13 + salt) % 3 - 1
+    elif op in ("sum", "avg"):
         v = (i * 7 + rank * 13 + salt) % 9 - (4 if signed else 0)
     elif op == "prod":
         v = np.where((i + rank + salt) % 3 == 0, -1 if signed else 1, 1)
@@ -42,8 +48,18 @@ def numpy_reference(dtype, op, count, size, salt=0):
     """The exact reduction computed by NumPy from every rank's input, rank order; read-only,
     and kept for the next algorithm checked against it (building it takes N inputs, which at
     8 ranks on 2 cores was most of the correctness suite's time). 64 cases: every op and
-    count of one dtype."""
+    count of one dtype. bfloat16 and fp8: reduced in float64, then rounded to the type once
+    (exact: the inputs' partial results are all in the type); avg: that sum divided by N in
+    the type, avg's definition (algorithms.ops)."""
     ufunc = {"sum": np.add, "avg": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}[op]
+    if np.dtype(dtype) in LOW_PRECISION:
+        wide = functools.reduce(lambda a, b: ufunc(a, b), (rank_input(dtype, op, count, r, size, salt).astype(np.float64)
+                                                           for r in range(size)))
+        result = wide.astype(dtype)
+        if op == "avg":
+            result = np.divide(result, size)
+        result.flags.writeable = False
+        return result
     result = rank_input(dtype, op, count, 0, size, salt)
     for r in range(1, size):
         ufunc(result, rank_input(dtype, op, count, r, size, salt), out=result)

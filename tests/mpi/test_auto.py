@@ -16,11 +16,12 @@ from mpi4py import MPI
 
 import algorithms
 from algorithms.auto import SCHEMA, candidates, choice
+from algorithms.ops import LOW_PRECISION, is_floating
 
 pytestmark = pytest.mark.mpi
 
 #: one dtype of each item size, every op
-DTYPES = ["int8", "float16", "float32", "float64"]
+DTYPES = ["int8", "float16", "float32", "float64", "bfloat16"]
 
 
 def table(comm, tmp_dir, rules, ranks=None, nodes=1, name="table.json"):
@@ -75,7 +76,7 @@ def test_results_are_exact_whatever_it_picks(fresh, dtype):
                            {"dtype": "*", "upto_bytes": 4096 * itemsize, "order": ["native"]},
                            {"dtype": "*", "upto_bytes": None, "order": ["ring"]}])
     failures = []
-    for op in [op for op in algorithms.OPS if not (op == "avg" and np.dtype(dtype).kind != "f")]:
+    for op in [op for op in algorithms.OPS if not (op == "avg" and not is_floating(dtype))]:
         for count in (0, 1, 64, 65, 4096, 4097, 50_001):
             x = rank_input(dtype, op, count, dup.rank, dup.size)
             expected = numpy_reference(dtype, op, count, dup.size)
@@ -89,10 +90,22 @@ def test_results_are_exact_whatever_it_picks(fresh, dtype):
     assert not failures, f"rank {dup.rank}: " + "; ".join(failures)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn", "float8_e5m2"])
+def test_native_refuses_what_mpi_lacks_and_auto_never_picks_it_there(fresh, dtype):
+    dup, directory = fresh
+    x = rank_input(dtype, "sum", 10, dup.rank, dup.size)
+    with pytest.raises(TypeError, match=r"^algorithm 'native' \(MPI_Allreduce\): .*(no bfloat16|no float8)"):
+        algorithms.allreduce(x, op="sum", algorithm="native", comm=dup)
+    table(dup, directory, [{"dtype": "*", "upto_bytes": None, "order": ["native", "rd"]}])
+    assert choice(x.nbytes, dtype, comm=dup)[0] == "rd"
+    assert wrong_elements(algorithms.allreduce(x, op="sum", algorithm="auto", comm=dup),
+                          numpy_reference(dtype, "sum", 10, dup.size)) == 0
+
+
+@pytest.mark.parametrize("dtype", [d for d in DTYPES if np.dtype(d) not in LOW_PRECISION])
 def test_native_is_exact(comm, dtype):
     failures = []
-    for op in [op for op in algorithms.OPS if not (op == "avg" and np.dtype(dtype).kind != "f")]:
+    for op in [op for op in algorithms.OPS if not (op == "avg" and not is_floating(dtype))]:
         for count in (0, 1, 7, 1009):
             x = rank_input(dtype, op, count, comm.rank, comm.size)
             expected = numpy_reference(dtype, op, count, comm.size)

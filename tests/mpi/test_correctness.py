@@ -11,6 +11,7 @@ from mpi4py import MPI
 
 import algorithms
 from algorithms import tree as tree_executor
+from algorithms.ops import LOW_PRECISION, is_floating
 from algorithms.executor import private_comm
 from topology import Tree, binomial_tree
 
@@ -24,7 +25,7 @@ LARGE_COUNT_DTYPES = ("int8", "float16", "float32", "float64")
 
 
 def ops_for(dtype):
-    return [op for op in algorithms.OPS if not (op == "avg" and np.dtype(dtype).kind != "f")]
+    return [op for op in algorithms.OPS if not (op == "avg" and not is_floating(dtype))]
 
 
 def cases(comm, dtype):
@@ -33,8 +34,9 @@ def cases(comm, dtype):
         for count in counts_for(comm.size, large=dtype in LARGE_COUNT_DTYPES):
             x = rank_input(dtype, op, count, comm.rank, comm.size)
             expected = numpy_reference(dtype, op, count, comm.size)
-            native = native_reference(comm, x, op)
-            assert wrong_elements(native, expected) == 0, f"native MPI disagrees with NumPy: {op} {count}"
+            if np.dtype(dtype) not in LOW_PRECISION:  # MPI has no bfloat16 or fp8
+                native = native_reference(comm, x, op)
+                assert wrong_elements(native, expected) == 0, f"native MPI disagrees with NumPy: {op} {count}"
             yield op, count, x, expected
 
 
@@ -106,7 +108,7 @@ def test_persistent_allreduce(comm, algorithm):
     """``allreduce_init``: each call reduces the vectors' current contents (new ones every turn),
     out of place and in place, every op; the input untouched."""
     extra, failures = options(algorithm, comm.size), []
-    for dtype in ("float32", "int64"):
+    for dtype in ("float32", "int64", "bfloat16") if algorithm != "native" else ("float32", "int64"):
         for count in sorted({1, comm.size + 1, 1009}):
             for op in ops_for(dtype):
                 x, out, inplace = np.empty(count, dtype), np.empty(count, dtype), np.empty(count, dtype)
@@ -153,7 +155,8 @@ def test_all_gather_matches_native_allgatherv(comm, dtype):
         chunk = whole[offsets[comm.rank]:offsets[comm.rank + 1]].copy()
         native = np.empty_like(whole)
         sizes = np.diff(offsets)
-        comm.Allgatherv(chunk, [native, (sizes.tolist(), offsets[:-1])])
+        bits = np.dtype(f"u{whole.itemsize}")  # MPI has no bfloat16 or fp8: it gathers their bit patterns
+        comm.Allgatherv(chunk.view(bits), [native.view(bits), (sizes.tolist(), offsets[:-1])])
         assert wrong_elements(native, whole) == 0
         out = np.full_like(whole, 7)
         algorithms.all_gather(chunk, out)
@@ -271,7 +274,7 @@ def test_max_and_min_propagate_nan_alike_on_every_rank(comm, op):
     MPI's own MAX and MIN need not: MPICH's result depends on where the NaN enters."""
     count = 3 * comm.size + 1
     for algorithm in sorted(set(algorithms.ALGORITHMS) - {"native"}):  # native is MPI's own MAX and MIN
-        for dtype in ("float16", "float32", "float64"):
+        for dtype in ("float16", "float32", "float64", "bfloat16", "float8_e4m3fn", "float8_e5m2"):
             x = rank_input(dtype, op, count, comm.rank, comm.size).astype(dtype)
             x[comm.rank::comm.size] = np.nan  # element i: NaN on rank i % size alone
             out = algorithms.allreduce(x, np.empty_like(x), op=op, algorithm=algorithm,
@@ -280,3 +283,30 @@ def test_max_and_min_propagate_nan_alike_on_every_rank(comm, op):
             assert not finite.any(), (algorithm, dtype, np.flatnonzero(finite)[:5])
             everyone = comm.allgather(out.tobytes())
             assert all(b == everyone[0] for b in everyone), (algorithm, dtype, "ranks differ")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn", "float8_e5m2", "float16"])
+def test_low_precision_sums_of_any_data_are_alike_on_every_rank(comm, dtype):
+    """Random inputs, whose partial sums round: whatever order an algorithm adds in, every rank
+    ends with the same bits, and each element is within the rounding of (N - 1) additions of the
+    float64 sum: |result - exact| <= (N - 1) eps sum|x| (each addition rounds by at most eps
+    times its result, which is at most sum|x|), eps the type's machine epsilon."""
+    import ml_dtypes
+
+    dt = np.dtype(getattr(ml_dtypes, dtype, dtype))
+    count = 4099
+    inputs = [np.random.default_rng(r).normal(0, 4, count).astype(dt) for r in range(comm.size)]
+    wide = np.array([x.astype(np.float64) for x in inputs])
+    exact, scale = wide.sum(0), np.abs(wide).sum(0)
+    bound = (comm.size - 1) * float(ml_dtypes.finfo(dt).eps) * scale
+    failures = []
+    for algorithm in ALGORITHMS:
+        out = algorithms.allreduce(inputs[comm.rank], np.empty_like(inputs[comm.rank]), op="sum", algorithm=algorithm,
+                                   **options(algorithm, comm.size))
+        every = comm.allgather(out.view(np.uint8).tobytes())
+        if any(bits != every[0] for bits in every):
+            failures.append(f"{algorithm}: ranks differ")
+        far = int(np.count_nonzero(np.abs(out.astype(np.float64) - exact) > bound))
+        if far:
+            failures.append(f"{algorithm}: {far} elements beyond the rounding bound")
+    assert not failures, f"rank {comm.rank}: " + "; ".join(failures)
