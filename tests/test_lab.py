@@ -90,7 +90,8 @@ def test_node_shapes_are_validated_and_described():
     command = network.mpmd_command(lab, "mpiexec", ["python", "x.py"])
     segments = " ".join(command).split(" : ")
     assert len(segments) == 4 and all(f"-n 2 ip netns exec arlab-ns{i} unshare --uts" in seg and
-                                      f"arlab-node{i} env FI_TCP_IFACE=arlab-v{i} python x.py" in seg
+                                      f"arlab-node{i} env FI_TCP_IFACE=arlab-v{i} GLOO_SOCKET_IFNAME=arlab-v{i} "
+                                      f"MASTER_ADDR={lab.addresses[0]} python x.py" in seg
                                       for i, seg in enumerate(segments))
     assert network.mpi_environment(lab)["MPIR_CVAR_NUM_CLIQUES"] == "4"
     assert network.mpi_environment()["MPIR_CVAR_NOLOCAL"] == "1"

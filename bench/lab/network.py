@@ -535,7 +535,9 @@ def load(tag=DEFAULT_TAG):
 def mpmd_command(lab, mpiexec, argv, ranks=None):
     """An ``mpiexec`` MPMD command line: node i runs ``ranks_per_node`` ranks of ``argv`` inside
     namespace i, each in its own UTS namespace with the node's hostname (:meth:`Lab.hostname`)
-    and with the node's veth as the libfabric TCP interface; ranks are numbered node by node.
+    and with the node's veth as the libfabric TCP interface and gloo's (``GLOO_SOCKET_IFNAME``),
+    node 0's address as torch.distributed's rendezvous (``MASTER_ADDR``; the lab's hostnames
+    resolve nowhere); ranks are numbered node by node.
     ``ranks``: only the first that many ranks (default all). Set :func:`mpi_environment` in the
     launcher's environment."""
     total = lab.ranks if ranks is None else ranks
@@ -549,7 +551,8 @@ def mpmd_command(lab, mpiexec, argv, ranks=None):
             command.append(":")
         command += ["-n", str(count), "ip", "netns", "exec", lab.netns(i),
                     "unshare", "--uts", "sh", "-c", _SET_HOSTNAME, lab.hostname(i),
-                    "env", f"FI_TCP_IFACE={lab.veth(i)}", *argv]
+                    "env", f"FI_TCP_IFACE={lab.veth(i)}", f"GLOO_SOCKET_IFNAME={lab.veth(i)}",
+                    f"MASTER_ADDR={lab.addresses[0]}", *argv]
     return command
 
 
