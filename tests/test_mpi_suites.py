@@ -6,6 +6,8 @@ import json
 import pytest
 from conftest import run_mpi
 
+from bench.baselines.gloo import problem as gloo_problem
+
 RANK_COUNTS = [1, 2, 3, 4, 5, 8]
 
 
@@ -78,6 +80,13 @@ def test_shared_memory_transport_suite_with_small_slots(tmp_path):
 @pytest.mark.parametrize("ranks", [1, 2, 3, 5])
 def test_shared_memory_transport_on_its_own(ranks, tmp_path):
     run_suite(ranks, "tests/mpi/test_transport.py", tmp_path, timeout=120)
+
+
+@pytest.mark.skipif(gloo_problem() is not None, reason=gloo_problem() or "")
+@pytest.mark.parametrize("ranks", [1, 2, 3])
+def test_torch_hook_suite(ranks, tmp_path):
+    """algorithms.torch's DDP hook against DDP's own gloo all-reduce (tests/mpi/test_torch_hook.py)."""
+    run_suite(ranks, "tests/mpi/test_torch_hook.py", tmp_path, timeout=180)
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 3, 5])

@@ -21,9 +21,21 @@ during a backward pass of ``--backward-time`` seconds (DDP-style); only the
 communication that does not fit behind the remaining backward work is exposed (ideally
 the last bucket). The worked example: 7e9 float16 parameters over 8 ranks at 400 GB/s
 take 61 ms of ring.
+
+``--train FILE`` takes the inputs measured by ``python -m bench train -J FILE`` instead of
+guessing them, from that file's first noop run (the step with DDP's buckets returned
+untouched): the parameter count and the gradient's bytes (instead of ``--params`` and
+``--dtype``), the compute time T_c (the noop run's median step, instead of
+``--compute-time``), the backward time T_b (when the last bucket became ready, instead of
+``--backward-time``), and each bucket's bytes and the time it became ready after the
+backward pass began (instead of ``--buckets`` equal ones at equal intervals). Bucket k
+then starts at max(its ready time, the end of bucket k-1) and only what ends after the
+backward pass is exposed: the model ``bench train`` itself reports as model_step_ms for
+asynchronous all-reduces.
 """
 
 import argparse
+import json
 import sys
 
 import numpy as np
@@ -35,13 +47,45 @@ from ..formats.tables import comment, description, epilog, plural
 from .model import ALGORITHMS, measured_rows
 
 
-def exposed_time(bucket_time, buckets, backward):
-    """Communication left after the backward pass when bucket k is ready at k/K of it and
-    buckets go out one after another."""
+def exposed_after(ready, seconds, backward, blocking=False):
+    """Communication time a step exposes when bucket k becomes ready ``ready[k]`` seconds into a
+    backward pass of ``backward`` seconds and its all-reduce takes ``seconds[k]``.
+
+    Asynchronous buckets (DDP's own all-reduce, an overlapping hook) go out one after another,
+    bucket k at max(its ready time, the end of bucket k-1), while the backward pass goes on;
+    only what ends after the backward pass is exposed. ``blocking`` buckets (a synchronous
+    hook) stall the backward pass for their whole time: all of it is exposed. The step then
+    takes the compute time plus this (efficiency E = T_c / (T_c + exposed))."""
+    if blocking:
+        return float(sum(seconds))
     finish = 0.0
-    for k in range(1, buckets + 1):
-        finish = max(finish, k * backward / buckets) + bucket_time
+    for when, took in zip(ready, seconds):
+        finish = max(finish, when) + took
     return max(finish - backward, 0.0)
+
+
+def exposed_time(bucket_time, buckets, backward):
+    """Communication left after the backward pass when bucket k of K equal ones is ready at
+    k/K of it and buckets go out one after another (:func:`exposed_after`)."""
+    return exposed_after([k * backward / buckets for k in range(1, buckets + 1)], [bucket_time] * buckets, backward)
+
+
+def measured_training(path):
+    """What ``bench train -J`` measured, from the file's first noop run: {"params", "nbytes",
+    "dtype", "compute", "backward", "ready": [s], "bucket_bytes": [B]} (seconds and bytes);
+    ``ValueError`` when the file holds no such run."""
+    try:
+        with open(path) as f:
+            document = json.load(f)
+        run = next(r for r in document["runs"] if r["algorithm"] == "noop")
+        buckets = sorted(run["buckets"], key=lambda b: b["ready_ms"])
+        return {"params": float(document["model"]["parameters"]), "nbytes": float(run["bytes_per_step"]),
+                "dtype": run["dtype"], "compute": run["compute_ms"] / 1e3, "backward": run["backward_ms"] / 1e3,
+                "ready": [b["ready_ms"] / 1e3 for b in buckets], "bucket_bytes": [b["bytes"] for b in buckets]}
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--train {path}: not JSON: {exc}") from None
+    except (KeyError, TypeError, StopIteration):
+        raise ValueError(f"--train {path}: not a bench train -J file with a noop run") from None
 
 
 def measured_busbw(paths):
@@ -53,10 +97,14 @@ def measured_busbw(paths):
 def main(argv):
     p = argparse.ArgumentParser(prog="python -m bench scaling", description=description(__doc__),
                                 epilog=epilog(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--params", type=float, required=True, help="model parameters, e.g. 7e9 (required)")
+    p.add_argument("--params", type=float, help="model parameters, e.g. 7e9 (required without --train)")
     p.add_argument("--dtype", default="float16", help="gradient dtype, a NumPy name (default float16)")
-    p.add_argument("--compute-time", type=float, required=True,
-                   help="T_c: compute time per step, in seconds (required)")
+    p.add_argument("--compute-time", type=float,
+                   help="T_c: compute time per step, in seconds (required without --train)")
+    p.add_argument("--train", metavar="FILE",
+                   help="a python -m bench train -J file: its noop run's parameter count, gradient bytes, compute "
+                        "time, backward time and buckets (bytes, ready times) instead of --params, --dtype, "
+                        "--compute-time, --backward-time and --buckets (default: those flags)")
     p.add_argument("--ranks", default="8", help="comma list of rank counts (default 8)")
     p.add_argument("--beta-GBps", type=float, default=400.0,
                    help="link bandwidth between nodes, and each node's port, for the model, in GB/s (default 400)")
@@ -78,7 +126,13 @@ def main(argv):
                    help=f"comma list of algorithms, of {','.join(ALGORITHMS)} (default ps,ring,tree)")
     args = p.parse_args(argv)
     try:
-        itemsize = np.dtype(args.dtype).itemsize
+        train = measured_training(args.train) if args.train else None
+        if train is None and (args.params is None or args.compute_time is None):
+            raise ValueError("needs --params and --compute-time, or --train FILE")
+        if train is not None:
+            args.params, args.compute_time, args.dtype = train["params"], train["compute"], train["dtype"]
+        else:
+            itemsize = np.dtype(args.dtype).itemsize
         ranks = [int(r) for r in args.ranks.split(",")]
         algos = args.algo.split(",")
         bad = [a for a in algos if a not in ALGORITHMS]
@@ -89,8 +143,13 @@ def main(argv):
     except (TypeError, ValueError, OSError) as exc:
         print(f"python -m bench scaling: {exc}", file=sys.stderr)
         return 2
-    nbytes = args.params * itemsize
-    backward = args.backward_time if args.backward_time is not None else args.compute_time * 2 / 3
+    if train is not None:  # the measured step: its buckets, as they became ready
+        nbytes, backward, ready, sizes = train["nbytes"], train["backward"], train["ready"], train["bucket_bytes"]
+    else:
+        nbytes = args.params * itemsize
+        backward = args.backward_time if args.backward_time is not None else args.compute_time * 2 / 3
+        ready = [k * backward / args.buckets for k in range(1, args.buckets + 1)]  # none without --buckets
+        sizes = [nbytes / args.buckets for _ in ready]
     r = args.ranks_per_node
     intra = args.intra_GBps if args.intra_GBps is not None else 10 * args.beta_GBps
     source = ("measured busbw from " + ", ".join(args.results)) if args.results else \
@@ -101,7 +160,11 @@ def main(argv):
             f"{r} ranks a node, linked at {intra:g} GB/s within it; hier across nodes: {args.hier_across}"
         print(comment(f"{nodes}; each node's port {args.beta_GBps:g} GB/s out and in, "
                       "shared by its concurrent transfers"))
-    if args.buckets:
+    if train is not None:
+        print(comment(f"measured by python -m bench train ({args.train}, its noop run): T_c {args.compute_time:.4g} s, "
+                      f"{plural(len(sizes), 'bucket')} of {', '.join(f'{b / 1e6:.3g}' for b in sizes)} MB ready at "
+                      f"{', '.join(f'{t:.3g}' for t in ready)} s of a {backward:.3g} s backward pass"))
+    elif args.buckets:
         print(comment(f"{plural(args.buckets, 'bucket')} overlapped with a {backward:g} s backward pass"))
     print(f"{'algorithm':>10}  {'ranks':>6}  {'T_m (s)':>10}  {'exposed (s)':>11}  {'efficiency':>10}  {'speed-up':>8}"
           f"  {'limited by':<10}")
@@ -113,7 +176,7 @@ def main(argv):
                     continue
                 factor = 2 * (n - 1) / n if n > 1 else 0
                 t_m = nbytes * factor / (measured[algo] * 1e9) if factor else 0.0
-                bucket = t_m / args.buckets if args.buckets else 0.0
+                times = [b * factor / (measured[algo] * 1e9) if factor else 0.0 for b in sizes]
             else:
                 model = cost_model(Network.uniform(n, args.beta_GBps, args.alpha_us, r, intra), across=args.hier_across)
                 try:
@@ -122,8 +185,8 @@ def main(argv):
                     print(f"{algo:>10}  {n:6d}  not modelled: {exc}")
                     continue
                 t_m, limit = estimate.seconds, str(estimate.limit)
-                bucket = model.time(algo, nbytes / args.buckets) if args.buckets else 0.0
-            exposed = exposed_time(bucket, args.buckets, backward) if args.buckets else t_m
+                times = [model.time(algo, b) for b in sizes]
+            exposed = exposed_after(ready, times, backward) if sizes else t_m
             efficiency = args.compute_time / (args.compute_time + exposed)
             print(f"{algo:>10}  {n:6d}  {t_m:10.4f}  {exposed:11.4f}  {efficiency * 100:9.1f}%  {n * efficiency:8.2f}"
                   f"  {limit}")

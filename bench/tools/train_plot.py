@@ -1,0 +1,67 @@
+"""``python -m bench train --plot FILE.png``: step time against DDP's bucket cap (log x), one colour
+per all-reduce: measured (solid, markers) beside the model built from the same run's
+measurements (dashed, same colour), and the compute time (the noop runs) as a horizontal line.
+One panel per dtype. The model: E = T_c / (T_c + exposed), exposed communication as
+:func:`bench.tools.scaling.exposed_after` computes it (see :mod:`bench.tools.train`)."""
+
+from ..formats.tables import significant
+
+
+def curves(runs):
+    """{dtype: {label: [(bucket MiB, measured ms, model ms)]}} sorted by bucket, noop apart as
+    {dtype: [compute ms]}."""
+    series, compute = {}, {}
+    for run in runs:
+        if run["algorithm"] == "noop":
+            compute.setdefault(run["dtype"], []).append(run["compute_ms"])
+            continue
+        label = run["algorithm"] + (" (overlap)" if run["overlap"] and run["algorithm"] != "gloo" else "")
+        series.setdefault(run["dtype"], {}).setdefault(label, []).append(
+            (run["bucket_mb"], run["step_ms"], run["model_step_ms"]))
+    return {d: {k: sorted(v) for k, v in s.items()} for d, s in series.items()}, compute
+
+
+def plot(document, output):
+    """Write the PNG of a ``bench train -J`` document's runs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    series, compute = curves(document["runs"])
+    dtypes = list(dict.fromkeys([*compute, *series]))
+    fig, axes = plt.subplots(1, len(dtypes), figsize=(7.5 * len(dtypes) + 2.5, 5.5), dpi=120, squeeze=False)
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    labels = list(dict.fromkeys(label for per in series.values() for label in per))
+    for ax, dtype in zip(axes[0], dtypes):
+        for label, points in series.get(dtype, {}).items():
+            colour = palette[labels.index(label) % len(palette)]
+            buckets = [p[0] for p in points]
+            ax.plot(buckets, [p[1] for p in points], marker="o", color=colour, label=f"{label}, measured")
+            ax.plot(buckets, [p[2] for p in points], linestyle="--", marker="x", color=colour, alpha=0.8,
+                    label=f"{label}, model")
+        if dtype in compute:  # the median of the noop runs
+            level = sorted(compute[dtype])[len(compute[dtype]) // 2]
+            ax.axhline(level, color="black", linewidth=1, linestyle=":", label="compute only (noop)")
+            ax.annotate(f"compute only (noop): {significant(level)} ms", (0.01, level), xycoords=("axes fraction",
+                        "data"), xytext=(0, 3), textcoords="offset points", fontsize="small")
+        ax.set_xscale("log")
+        measured = sorted({p[0] for points in series.get(dtype, {}).values() for p in points})
+        if measured:
+            ax.set_xlim(measured[0] / 1.5, measured[-1] * 1.5)
+            ax.xaxis.set_major_locator(FixedLocator(measured))  # a tick at each bucket cap that ran
+            ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.set_xlabel("DDP bucket cap (MiB, log scale)")
+        ax.set_ylabel("step time (ms)")
+        ax.set_ylim(bottom=0)
+        ax.set_title(f"{dtype} parameters and gradients")
+        ax.grid(True, which="both", alpha=0.3)
+    model = document["model"]
+    fig.suptitle(f"DDP step time, {document['ranks']} ranks: {model['description']}, "
+                 f"{model['parameters']:,} parameters, batch {model['batch']} a rank")
+    axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0, fontsize="small")
+    fig.tight_layout()
+    fig.savefig(output)
+    plt.close(fig)

@@ -1,0 +1,264 @@
+"""One run of ``python -m bench train``: the synthetic model, DDP over gloo, the timed steps,
+each bucket's all-reduce timed alone, and the parameters checked across ranks.
+
+The model (an MLP of ``layers`` square ``nn.Linear`` + ReLU, or ``nn.TransformerEncoderLayer``
+blocks) starts from the same parameters on every rank (``torch.manual_seed``); each rank
+trains on its own synthetic batches (a generator seeded with the seed and the rank), cycled, so
+every run sees the same data. DDP's process group is gloo's, set up as the gloo baseline does
+(:meth:`bench.baselines.gloo.GlooBaseline.start`); the gradients travel by DDP's own gloo
+all-reduce (``gloo``), by :func:`algorithms.torch.allreduce_hook` (our algorithms, synchronous
+or overlapping) or not at all (``noop``, :func:`algorithms.torch.noop_hook`: the compute time).
+
+A step is forward, MSE loss, backward, SGD step, timed with ``time.perf_counter`` on every rank;
+a step's time is the slowest rank's. The hooks record when each bucket was handed over, so
+the noop run measures when each bucket becomes ready after the backward pass begins, and
+the overlapping hook when its all-reduces ran (the overlap reached,
+:func:`algorithms.torch.overlap_reached`). After the steps, each bucket size's all-reduce is
+timed alone with the suite's timing loop (:func:`bench.core.timing.timed`): ours through
+``algorithms.allreduce`` on a NumPy view of a tensor of the bucket's bytes and dtype, gloo's through
+``torch.distributed.all_reduce`` on a tensor of that size. Those times and the noop run's
+ready times are the model's inputs (:func:`bench.tools.scaling.exposed_after`): efficiency
+E = T_c / (T_c + T_m) where nothing overlaps, and where buckets go out while the backward pass
+goes on, only the exposed communication (what ends after the backward pass) counts.
+"""
+
+import hashlib
+import os
+import statistics
+import time
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+import torch
+import torch.distributed as dist
+from mpi4py import MPI
+from torch.nn.parallel import DistributedDataParallel
+
+import algorithms
+import algorithms.torch as art
+
+from ..core.timing import iterations_for, timed
+
+#: --dtype -> (torch dtype, NumPy dtype of the same bits)
+DTYPES = {"fp32": (torch.float32, np.dtype(np.float32)), "bf16": (torch.bfloat16, np.dtype(ml_dtypes.bfloat16))}
+#: a run whose all-reduce is DDP's own; one with none
+GLOO, NOOP = "gloo", "noop"
+#: set to a rank, that rank's first parameter is changed after every all-reducing run's steps,
+#: so that the check that parameters agree across ranks has something to find (its tests)
+DISTURB = "BENCH_TRAIN_DISTURB_RANK"
+SEQUENCE = 32  # tokens per sample of the transformer
+BATCHES = 4  # distinct batches per rank, cycled
+MOST_ITERS = 20  # cap on the iterations of one bucket size's timing loop
+REPEATS = 5  # turns of that loop, the median kept
+
+
+@dataclass(frozen=True)
+class Model:
+    kind: str  # mlp or transformer
+    layers: int
+    width: int
+    batch: int
+    seed: int
+
+    def build(self, dtype):
+        torch.manual_seed(self.seed)
+        if self.kind == "mlp":
+            blocks = [m for _ in range(self.layers) for m in (torch.nn.Linear(self.width, self.width), torch.nn.ReLU())]
+        else:
+            heads = self.width // 64 if self.width % 64 == 0 else 1
+            blocks = [torch.nn.TransformerEncoderLayer(self.width, heads, 4 * self.width, dropout=0.0,
+                                                       batch_first=True) for _ in range(self.layers)]
+        return torch.nn.Sequential(*blocks).to(DTYPES[dtype][0])
+
+    def batches(self, dtype, rank):
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + rank + 1)
+        shape = (self.batch, self.width) if self.kind == "mlp" else (self.batch, SEQUENCE, self.width)
+        return [tuple(torch.randn(shape, generator=generator).to(DTYPES[dtype][0]) for _ in range(2))
+                for _ in range(BATCHES)]
+
+    def describe(self):
+        """("mlp, 6 layers of width 2048", parameters)."""
+        shape = "MLP" if self.kind == "mlp" else f"transformer ({SEQUENCE} tokens a sample)"
+        count = sum(p.numel() for p in self.build("fp32").parameters())
+        return f"{shape}, {self.layers} layers of width {self.width}", count
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One run: the all-reduce (ours by name, gloo, noop), overlapped or not, DDP's bucket cap, dtype."""
+
+    algorithm: str
+    overlap: bool
+    bucket_mb: float
+    dtype: str
+
+    @property
+    def reduces(self):
+        return self.algorithm != NOOP
+
+    @property
+    def asynchronous(self):
+        """Whether buckets go out while the backward pass goes on (gloo's own, or the hook's thread)."""
+        return self.algorithm == GLOO or self.overlap
+
+    def label(self):
+        return f"{self.algorithm}{' (overlap)' if self.overlap and self.algorithm != GLOO else ''}"
+
+
+def percentile(values, p):
+    """nccl-tests' percentile (:func:`bench.core.timing.iteration_stats`): the ceil(n p / 100)-th smallest."""
+    kept = sorted(values)
+    return kept[min(len(kept) - 1, (len(kept) * p + 99) // 100 - 1)]
+
+
+def train(comm, model, spec, warmup, steps):
+    """Run ``spec``: ``warmup`` then ``steps`` timed steps. Returns (the DDP-wrapped module's
+    parameters, per-step seconds on this rank, per-step hook calls, per-step backward start
+    times)."""
+    module = model.build(spec.dtype)
+    ddp = DistributedDataParallel(module, bucket_cap_mb=spec.bucket_mb)
+    state = None
+    if spec.algorithm != GLOO:
+        state = art.HookState(algorithm="auto" if spec.algorithm == NOOP else spec.algorithm, comm=comm,
+                              overlap=spec.overlap)
+        ddp.register_comm_hook(state, art.noop_hook if spec.algorithm == NOOP else art.allreduce_hook)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    data = model.batches(spec.dtype, comm.Get_rank())
+    seconds, calls, begun = [], [], []
+    clock = time.perf_counter
+    try:
+        for i in range(warmup + steps):
+            x, y = data[i % len(data)]
+            if i == warmup:
+                comm.Barrier()
+            start = clock()
+            loss = torch.nn.functional.mse_loss(ddp(x), y)
+            backward = clock()
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            end = clock()
+            made = state.take() if state is not None else []
+            if i >= warmup:
+                seconds.append(end - start)
+                calls.append(made)
+                begun.append(backward)
+    finally:
+        if state is not None:
+            state.close()
+    if spec.reduces and os.environ.get(DISTURB, "") == str(comm.Get_rank()):
+        with torch.no_grad():
+            next(module.parameters()).view(-1)[0] += 1
+    return list(module.parameters()), seconds, calls, begun
+
+
+def step_stats(comm, seconds):
+    """(median, p95) in seconds of the steps, each the slowest rank's."""
+    worst = np.max(np.array(comm.allgather(seconds)), axis=0).tolist()
+    return statistics.median(worst), percentile(worst, 95)
+
+
+def bucket_rows(comm, calls, begun):
+    """Per bucket, in the order DDP handed them over: {"index", "bytes", "ready_ms" (after the
+    backward pass began; median over steps, the latest rank), "hook_ms" (the all-reduce's time inside
+    the hook; median over steps, the least over ranks: the rank that came last waited for no
+    other)}, and the backward time in ms (the last bucket's ready time)."""
+    if not calls or not calls[-1]:
+        return [], None
+    order = [c.index for c in calls[-1]]
+    ready = {i: [] for i in order}
+    took = {i: [] for i in order}
+    for made, start in zip(calls, begun):
+        if [c.index for c in made] != order:
+            continue  # a step whose buckets differ (never expected once DDP has rebuilt them)
+        for c in made:
+            ready[c.index].append((c.called - start) * 1e3)
+            took[c.index].append(c.seconds * 1e3)
+    mine = [(statistics.median(ready[i]), statistics.median(took[i])) for i in order]
+    every = comm.allgather(mine)
+    sizes = {c.index: c.nbytes for c in calls[-1]}
+    rows = [{"index": i, "bytes": sizes[i], "ready_ms": max(r[k][0] for r in every),
+             "hook_ms": min(r[k][1] for r in every)} for k, i in enumerate(order)]
+    return rows, max(r["ready_ms"] for r in rows)
+
+
+def overlap_of(comm, calls):
+    """The median over steps of the share of all-reduce time hidden behind the backward pass,
+    the lowest rank's (None for runs whose hooks reduce nothing)."""
+    shares = [s for s in (art.overlap_reached(made) for made in calls) if s is not None]
+    mine = statistics.median(shares) if shares else None
+    every = comm.allgather(mine)
+    return None if None in every else min(every)
+
+
+def shared_cores(comm, threads):
+    """Why an all-reduce running beside the backward pass takes its processor time from it (text),
+    else None: the ranks of a machine (one kernel: ranks in separate network namespaces of one
+    host count together) need more cores than they may use, one per torch thread and one for
+    the all-reduce (collective)."""
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        machine = f.read().strip()
+    every = comm.allgather((machine, len(os.sched_getaffinity(0))))
+    ranks = sum(1 for m, _ in every if m == machine)
+    cores = min(c for m, c in every if m == machine)
+    if ranks * (threads + 1) <= cores:
+        return None
+    shared = f"{ranks} rank{'s' if ranks != 1 else ''} x ({threads} torch thread{'s' if threads != 1 else ''} + " \
+             f"1 all-reduce) on {cores} core{'s' if cores != 1 else ''}"
+    return comm.bcast(shared)  # rank 0's machine speaks for all
+
+
+def time_buckets(comm, spec, sizes):
+    """({bytes: seconds}, {bytes: CPU share}) of one all-reduce of each bucket size with this run's
+    all-reduce, the share the process's processor time over the loop's wall time (every thread:
+    gloo reduces on threads of its own; at most 1). Timed
+    alone (:func:`bench.core.timing.timed`: as many warm-up calls as timed ones, then the slowest
+    rank, mean over the iterations, median of :data:`REPEATS` turns). In place, as the hook and
+    DDP reduce, on memory from PyTorch's allocator: a transport may route a message by the pages
+    it lies in (:mod:`algorithms.transports.pages`), and NumPy's own large arrays get huge pages
+    where PyTorch's need not."""
+    if not spec.reduces:
+        return dict.fromkeys(sizes, 0.0), dict.fromkeys(sizes, 0.0)
+    torch_dtype, np_dtype = DTYPES[spec.dtype]
+    calls = {}
+    for nbytes in sizes:
+        count = nbytes // np_dtype.itemsize
+        if spec.algorithm == GLOO:
+            tensor = torch.zeros(count, dtype=torch_dtype)
+            calls[nbytes] = lambda tensor=tensor: dist.all_reduce(tensor)
+        else:  # a NumPy view of a tensor: memory from PyTorch's allocator, in the pages DDP's buckets get
+            vector = art.as_numpy(torch.zeros(count, dtype=torch_dtype))
+            calls[nbytes] = lambda vector=vector: algorithms.allreduce(vector, vector, op="avg",
+                                                                       algorithm=spec.algorithm, comm=comm)
+    times, shares = {}, {}
+    for nbytes, call in calls.items():  # one at a time: each size's iterations fit its own size
+        iters = min(iterations_for(nbytes), MOST_ITERS)
+        wall, cpu = time.perf_counter(), time.process_time()
+        times.update(timed(comm, {nbytes: call}, iters, iters, REPEATS))
+        share = (time.process_time() - cpu) / max(time.perf_counter() - wall, 1e-9)
+        shares[nbytes] = max(comm.allgather(min(share, 1.0)))
+    return times, shares
+
+
+def as_bits(parameter):
+    """The parameter's bytes as a NumPy vector (bfloat16 through its int16 view)."""
+    return art.as_numpy(parameter.detach().contiguous().reshape(-1)).view(np.uint8)
+
+
+def identical(comm, parameters):
+    """Whether every rank holds bit for bit the same parameters (a SHA-256 of them, gathered)."""
+    digest = hashlib.sha256()
+    for p in parameters:
+        digest.update(as_bits(p))
+    return len(set(comm.allgather(digest.hexdigest()))) == 1
+
+
+def max_rel_diff(comm, parameters, reference):
+    """The largest over parameters of max|p - r| / max|r| (float64), the largest over ranks."""
+    worst = 0.0
+    for p, r in zip(parameters, reference):
+        p, r = p.detach().double(), r.double()
+        scale = r.abs().max().item()
+        worst = max(worst, (p - r).abs().max().item() / (scale or 1.0))
+    return comm.allreduce(worst, op=MPI.MAX)
