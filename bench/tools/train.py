@@ -45,6 +45,7 @@ which, and the exit status is 1 (as nccl-tests' #wrong). Exit status 2: bad flag
 
 import argparse
 import datetime
+import statistics
 import sys
 
 import numpy as np
@@ -256,6 +257,12 @@ def summary_lines(runs):
                      f"{best['step_ms']:.1f} ms a step, {best['exposed_ms']:.1f} ms exposed, E = "
                      f"{compute / best['step_ms'] * 100:.0f}%; its model {best['model_step_ms']:.1f} ms "
                      f"({error:+.0f}%)")
+    over = [(b["hook_over_bare"], r, b) for r in runs for b in r["buckets"] if b.get("hook_over_bare") is not None]
+    if over:
+        most, run, bucket = max(over, key=lambda item: item[0])
+        texts.append(f"the hook over a bare algorithms.allreduce of the same bytes, timed in turn: median "
+                     f"{statistics.median(o for o, _, _ in over) * 100:+.1f}%, at most {most * 100:+.1f}% "
+                     f"({run['algorithm']}, {mib(bucket['bytes'])} {run['dtype']})")
     if any(r["algorithm"] == "noop" and not r["params_identical"] for r in runs):
         texts.append("noop's parameters differ across ranks by construction: each rank keeps its own gradients")
     wrong = [r for r in runs if r["algorithm"] != "noop" and not r["params_identical"]]
@@ -280,7 +287,7 @@ def measure(comm, model, spec, ts, reference, gloo_params, warmup, steps, shared
         backward_ms = reference["backward_ms"]
     else:
         ready = {b["index"]: b["ready_ms"] for b in buckets}
-    times, cpu = ts.time_buckets(comm, spec, sorted({b["bytes"] for b in buckets}))
+    times, cpu, hooked = ts.time_buckets(comm, spec, sorted({b["bytes"] for b in buckets}))
     size = comm.Get_size()
     factor = 2 * (size - 1) / size
     for b in buckets:
@@ -288,6 +295,7 @@ def measure(comm, model, spec, ts, reference, gloo_params, warmup, steps, shared
         b["allreduce_ms"] = times[b["bytes"]] * 1e3
         b["busbw"] = b["bytes"] / times[b["bytes"]] * factor / 1e9 if spec.reduces and times[b["bytes"]] else None
         b["cpu_share"] = cpu[b["bytes"]]
+        b["hook_over_bare"] = hooked[b["bytes"]] / times[b["bytes"]] - 1 if hooked[b["bytes"]] else None
         if spec.algorithm == "auto":
             b["auto_picked"] = algorithms.auto.choice(b["bytes"], ts.DTYPES[spec.dtype][1], comm=comm)[0]
     compute_ms = median * 1e3 if reference is None else reference["compute_ms"]

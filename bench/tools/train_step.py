@@ -209,36 +209,55 @@ def shared_cores(comm, threads):
     return comm.bcast(shared)  # rank 0's machine speaks for all
 
 
+class _Bucket:
+    """What the hook reads of DDP's ``GradBucket`` (its tensor and index), for timing the hook
+    alone on a tensor of a bucket's size."""
+
+    def __init__(self, tensor):
+        self._tensor = tensor
+
+    def buffer(self):
+        return self._tensor
+
+    def index(self):
+        return 0
+
+
 def time_buckets(comm, spec, sizes):
-    """({bytes: seconds}, {bytes: CPU share}) of one all-reduce of each bucket size with this run's
-    all-reduce, the share the process's processor time over the loop's wall time (every thread:
-    gloo reduces on threads of its own; at most 1). Timed
-    alone (:func:`bench.core.timing.timed`: as many warm-up calls as timed ones, then the slowest
-    rank, mean over the iterations, median of :data:`REPEATS` turns). In place, as the hook and
-    DDP reduce, on memory from PyTorch's allocator: a transport may route a message by the pages
-    it lies in (:mod:`algorithms.transports.pages`), and NumPy's own large arrays get huge pages
-    where PyTorch's need not."""
+    """Per bucket size: ({bytes: seconds} of one all-reduce with this run's all-reduce, {bytes: CPU
+    share}, {bytes: seconds} of the synchronous hook on it, or None). The CPU share is the
+    process's processor time over the loop's wall time (every thread: gloo reduces on threads of
+    its own; at most 1). Timed alone (:func:`bench.core.timing.timed`: as many warm-up calls as
+    timed ones, then the slowest rank, mean over the iterations, median of :data:`REPEATS`
+    turns), our algorithms in turn with :func:`algorithms.torch.allreduce_hook` on the same
+    tensor (the hook's own cost is the difference). In place, as the hook and DDP reduce, on
+    memory from PyTorch's allocator: a transport may route a message by the pages it lies in
+    (:mod:`algorithms.transports.pages`), and NumPy's own large arrays get huge pages where
+    PyTorch's need not."""
     if not spec.reduces:
-        return dict.fromkeys(sizes, 0.0), dict.fromkeys(sizes, 0.0)
+        return dict.fromkeys(sizes, 0.0), dict.fromkeys(sizes, 0.0), dict.fromkeys(sizes)
     torch_dtype, np_dtype = DTYPES[spec.dtype]
-    calls = {}
-    for nbytes in sizes:
-        count = nbytes // np_dtype.itemsize
-        if spec.algorithm == GLOO:
-            tensor = torch.zeros(count, dtype=torch_dtype)
-            calls[nbytes] = lambda tensor=tensor: dist.all_reduce(tensor)
+    times, shares, hooked = {}, {}, dict.fromkeys(sizes)
+    state = None if spec.algorithm == GLOO else art.HookState(algorithm=spec.algorithm, comm=comm)
+    for nbytes in sizes:  # one at a time: each size's iterations fit its own size
+        tensor = torch.zeros(nbytes // np_dtype.itemsize, dtype=torch_dtype)
+        if state is None:
+            calls = {"bare": lambda: dist.all_reduce(tensor)}
         else:  # a NumPy view of a tensor: memory from PyTorch's allocator, in the pages DDP's buckets get
-            vector = art.as_numpy(torch.zeros(count, dtype=torch_dtype))
-            calls[nbytes] = lambda vector=vector: algorithms.allreduce(vector, vector, op="avg",
-                                                                       algorithm=spec.algorithm, comm=comm)
-    times, shares = {}, {}
-    for nbytes, call in calls.items():  # one at a time: each size's iterations fit its own size
+            bucket = _Bucket(tensor)
+            vector = state.view_of(bucket)[1]
+            calls = {"bare": lambda: algorithms.allreduce(vector, vector, op="avg", algorithm=spec.algorithm,
+                                                          comm=comm),
+                     "hook": lambda: art.allreduce_hook(state, bucket).wait()}
         iters = min(iterations_for(nbytes), MOST_ITERS)
         wall, cpu = time.perf_counter(), time.process_time()
-        times.update(timed(comm, {nbytes: call}, iters, iters, REPEATS))
+        result = timed(comm, calls, iters, iters, REPEATS)
         share = (time.process_time() - cpu) / max(time.perf_counter() - wall, 1e-9)
+        times[nbytes], hooked[nbytes] = result["bare"], result.get("hook")
         shares[nbytes] = max(comm.allgather(min(share, 1.0)))
-    return times, shares
+        if state is not None:
+            state.take()
+    return times, shares, hooked
 
 
 def as_bits(parameter):
