@@ -15,7 +15,7 @@ import sys
 from mpi4py import MPI
 
 from .arrays import host_buffer, same_memory
-from .ops import combiner
+from .ops import combiner, divider
 from .settings import agree_settings
 from .transports import build_transport
 
@@ -188,6 +188,7 @@ class Collective:
         self.op = op
         # combine(acc, incoming, out): out = acc (op) incoming, element-wise (ops.combiner)
         self.combine = combiner(xp, op) if op is not None else None
+        self.divide = divider(xp)
         self.transport = transport
         self.send = self.transport.send
         self.recv = self.transport.recv
@@ -290,4 +291,4 @@ class Collective:
     def finish(self, result):
         """Apply what the op needs after the reduction (``avg``: divide by the rank count)."""
         if self.op == "avg" and self.size > 1:
-            self.xp.divide(result, self.size, out=result)
+            self.divide(result, self.size, result)

@@ -74,3 +74,36 @@ def test_tune_writes_a_bfloat16_table_without_native(tmp_path):
     assert {r["dtype"] for r in rules} == {"bfloat16", "float32", "*"}
     assert all(set(r["order"]) == {"ring", "rd"} for r in rules if r["dtype"] in ("bfloat16", "*"))
     assert all(set(r["order"]) == {"native", "ring", "rd"} for r in rules if r["dtype"] == "float32")
+
+
+def test_pytorch_kernels_give_the_bits_of_ml_dtypes_for_every_bfloat16_value():
+    """Where PyTorch is imported, long bfloat16 vectors are added, multiplied and divided by its
+    kernels (algorithms.ops): every one of the 65536 values against 64 others, and divided by
+    the rank counts 2-9, must give the bits ml_dtypes' ufuncs give (NaN: a NaN)."""
+    torch = pytest.importorskip("torch")
+    import ml_dtypes
+    import numpy as np
+
+    from algorithms.ops import TORCH_FROM, combiner, divider
+
+    every = np.arange(1 << 16, dtype=np.uint16).view(ml_dtypes.bfloat16)
+    a = np.repeat(every, 64)
+    b = np.random.default_rng(0).permutation(a)
+    assert a.size >= TORCH_FROM and torch.bfloat16
+
+    def same(got, want):
+        nan = np.isnan(want.astype(np.float32))
+        assert np.array_equal(np.isnan(got.astype(np.float32)), nan)
+        assert np.array_equal(got.view(np.uint16)[~nan], want.view(np.uint16)[~nan])
+
+    with np.errstate(all="ignore"):  # infinities and NaN among the values
+        for op, ufunc in (("sum", np.add), ("prod", np.multiply)):
+            out = np.empty_like(a)
+            combine = combiner(np, op)
+            assert combine is not ufunc  # the PyTorch path is taken
+            combine(a, b, out)
+            same(out, ufunc(a, b))
+        for n in range(2, 10):
+            out = np.empty_like(a)
+            divider(np)(a, n, out)
+            same(out, np.divide(a, n))

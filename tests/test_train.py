@@ -6,6 +6,7 @@ whose parameters differ (exit 1), bad flags (one line, exit 2 on every rank), Py
 overlapping hook's refusal below MPI_THREAD_SERIALIZED."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -58,6 +59,9 @@ def test_two_ranks_table_and_document(two_ranks):
     proc, document, tmp_path = two_ranks
     assert document["complete"] and document["ranks"] == 2 and document["wrong"] == []
     assert document["model"]["parameters"] == PARAMETERS
+    cores = len(os.sched_getaffinity(0))  # 2 ranks, each a torch thread and an all-reduce
+    assert document["cores_shared"] == (f"2 ranks x (1 torch thread + 1 all-reduce) on {cores} cores" if cores < 4
+                                        else None)
     assert document["machine"]["mpi"] and document["machine"]["commit"] and document["torch"]
     header = proc.stdout.split("\n  ")[0].replace("\n#   ", " ")  # comment lines wrap at 120 columns
     for phrase in ("2 ranks on 1 node", "torch ", "MPI: ", f"{PARAMETERS:,} parameters", "1 torch thread",
@@ -104,7 +108,8 @@ def test_two_ranks_table_and_document(two_ranks):
 @needs_torch
 def test_model_step_follows_the_runs_own_inputs(two_ranks):
     """model_step_ms recomputed here from the run's own numbers: synchronous hooks add every bucket's
-    time, asynchronous all-reduces (gloo, the overlapping hook) expose what ends after the backward pass."""
+    time, asynchronous all-reduces (gloo, the overlapping hook) expose what ends after the backward pass,
+    and, where the ranks have no core to spare (2 ranks of 2 threads on 2 cores here), their CPU share."""
     _, document, _ = two_ranks
     for run in document["runs"]:
         times = [b["allreduce_ms"] for b in run["buckets"]]
@@ -112,11 +117,15 @@ def test_model_step_follows_the_runs_own_inputs(two_ranks):
             expected = run["compute_ms"]
         elif not run["overlap"]:
             expected = run["compute_ms"] + sum(times)
-        else:
-            finish = 0.0
+        else:  # where the cores are shared, the all-reduce's CPU share of each bucket is exposed too
+            shared = document["cores_shared"] is not None
+            finish, stolen = 0.0, 0.0
             for bucket in run["buckets"]:
-                finish = max(finish, bucket["ready_ms"]) + bucket["allreduce_ms"]
-            expected = run["compute_ms"] + max(finish - run["backward_ms"], 0.0)
+                share = bucket["cpu_share"] if shared else 0.0
+                assert 0.0 <= share <= 1.0
+                stolen += bucket["allreduce_ms"] * share
+                finish = max(finish, bucket["ready_ms"]) + bucket["allreduce_ms"] * (1 - share)
+            expected = run["compute_ms"] + stolen + max(finish - run["backward_ms"], 0.0)
         assert run["model_step_ms"] == pytest.approx(expected), run["algorithm"]
 
 

@@ -50,6 +50,7 @@ DISTURB = "BENCH_TRAIN_DISTURB_RANK"
 SEQUENCE = 32  # tokens per sample of the transformer
 BATCHES = 4  # distinct batches per rank, cycled
 MOST_ITERS = 20  # cap on the iterations of one bucket size's timing loop
+TURN_SECONDS = 0.2  # and on its length: a bucket over a slow network takes fewer
 REPEATS = 5  # turns of that loop, the median kept
 
 
@@ -229,11 +230,11 @@ def time_buckets(comm, spec, sizes):
     process's processor time over the loop's wall time (every thread: gloo reduces on threads of
     its own; at most 1). Timed alone (:func:`bench.core.timing.timed`: as many warm-up calls as
     timed ones, then the slowest rank, mean over the iterations, median of :data:`REPEATS`
-    turns), our algorithms in turn with :func:`algorithms.torch.allreduce_hook` on the same
-    tensor (the hook's own cost is the difference). In place, as the hook and DDP reduce, on
-    memory from PyTorch's allocator: a transport may route a message by the pages it lies in
-    (:mod:`algorithms.transports.pages`), and NumPy's own large arrays get huge pages where
-    PyTorch's need not."""
+    turns of at most :data:`MOST_ITERS` calls or :data:`TURN_SECONDS`), our algorithms in turn
+    with :func:`algorithms.torch.allreduce_hook` on the same tensor (the hook's own cost is the
+    difference). In place, as the hook and DDP reduce, on memory from PyTorch's allocator: a
+    transport may route a message by the pages it lies in (:mod:`algorithms.transports.pages`),
+    and NumPy's own large arrays get huge pages where PyTorch's need not."""
     if not spec.reduces:
         return dict.fromkeys(sizes, 0.0), dict.fromkeys(sizes, 0.0), dict.fromkeys(sizes)
     torch_dtype, np_dtype = DTYPES[spec.dtype]
@@ -249,7 +250,11 @@ def time_buckets(comm, spec, sizes):
             calls = {"bare": lambda: algorithms.allreduce(vector, vector, op="avg", algorithm=spec.algorithm,
                                                           comm=comm),
                      "hook": lambda: art.allreduce_hook(state, bucket).wait()}
-        iters = min(iterations_for(nbytes), MOST_ITERS)
+        calls["bare"]()  # once, untimed: then how many a turn of about TURN_SECONDS holds
+        began = time.perf_counter()
+        calls["bare"]()
+        once = comm.allreduce(time.perf_counter() - began, op=MPI.MAX)
+        iters = max(1, min(iterations_for(nbytes), MOST_ITERS, int(TURN_SECONDS / max(once, 1e-9))))
         wall, cpu = time.perf_counter(), time.process_time()
         result = timed(comm, calls, iters, iters, REPEATS)
         share = (time.process_time() - cpu) / max(time.perf_counter() - wall, 1e-9)
