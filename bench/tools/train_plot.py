@@ -1,6 +1,7 @@
 """``python -m bench train --plot FILE.png``: step time against DDP's bucket cap (log x), one colour
 per all-reduce: measured (solid, markers) beside the model built from the same run's
-measurements (dashed, same colour), and the compute time (the noop runs) as a horizontal line.
+measurements (dashed, same colour), and the compute time (each bucket cap's noop run) as a
+dotted black line.
 One panel per dtype. The model: E = T_c / (T_c + exposed), exposed communication as
 :func:`bench.tools.scaling.exposed_after` computes it (see :mod:`bench.tools.train`)."""
 
@@ -9,16 +10,16 @@ from ..formats.tables import significant
 
 def curves(runs):
     """{dtype: {label: [(bucket MiB, measured ms, model ms)]}} sorted by bucket, noop apart as
-    {dtype: [compute ms]}."""
+    {dtype: [(bucket MiB, compute ms)]}."""
     series, compute = {}, {}
     for run in runs:
         if run["algorithm"] == "noop":
-            compute.setdefault(run["dtype"], []).append(run["compute_ms"])
+            compute.setdefault(run["dtype"], []).append((run["bucket_mb"], run["compute_ms"]))
             continue
         label = run["algorithm"] + (" (overlap)" if run["overlap"] and run["algorithm"] != "gloo" else "")
         series.setdefault(run["dtype"], {}).setdefault(label, []).append(
             (run["bucket_mb"], run["step_ms"], run["model_step_ms"]))
-    return {d: {k: sorted(v) for k, v in s.items()} for d, s in series.items()}, compute
+    return {d: {k: sorted(v) for k, v in s.items()} for d, s in series.items()}, {d: sorted(v) for d, v in compute.items()}
 
 
 def plot(document, output):
@@ -41,11 +42,15 @@ def plot(document, output):
             ax.plot(buckets, [p[1] for p in points], marker="o", color=colour, label=f"{label}, measured")
             ax.plot(buckets, [p[2] for p in points], linestyle="--", marker="x", color=colour, alpha=0.8,
                     label=f"{label}, model")
-        if dtype in compute:  # the median of the noop runs
-            level = sorted(compute[dtype])[len(compute[dtype]) // 2]
-            ax.axhline(level, color="black", linewidth=1, linestyle=":", label="compute only (noop)")
-            ax.annotate(f"compute only (noop): {significant(level)} ms", (0.01, level), xycoords=("axes fraction",
-                        "data"), xytext=(0, 3), textcoords="offset points", fontsize="small")
+        if dtype in compute:  # each bucket cap's noop run; one alone spans the axis
+            points = compute[dtype]
+            if len(points) == 1:
+                ax.axhline(points[0][1], color="black", linewidth=1, linestyle=":", label="compute only (noop)")
+            else:
+                ax.plot([p[0] for p in points], [p[1] for p in points], color="black", linewidth=1, linestyle=":",
+                        marker=".", label="compute only (noop)")
+            ax.annotate(f"compute only (noop): {significant(points[0][1])} ms", (points[0][0], points[0][1]),
+                        xytext=(0, -12), textcoords="offset points", fontsize="small")
         ax.set_xscale("log")
         measured = sorted({p[0] for points in series.get(dtype, {}).values() for p in points})
         if measured:
