@@ -27,6 +27,7 @@ from algorithms.ops import check_op_dtype, dtype_index
 from topology.files import write_json_atomically
 from topology.probe import node_numbers
 
+from ..core.collectives import lacking
 from ..core.machine import describe, oversubscription, tuning_path
 from ..core.options import ALIASES
 from ..core.sizes import parse_size, sweep
@@ -42,16 +43,10 @@ def measure(comm, dtype, op, sizes, repeats, names):
         x = np.ones(count, dtype)
         y = np.empty_like(x)
         calls = {name: functools.partial(algorithms.allreduce, x, y, op=op, algorithm=name, comm=comm, check=False)
-                 for name in names if not lacks(name, dtype)}  # native: MPI has no bfloat16 or fp8
+                 for name in names if not lacking(name, dtype)}  # native: MPI has no bfloat16 or fp8
         iters = iterations_for(count * dtype.itemsize)
         rows[count * dtype.itemsize] = timed(comm, calls, iters, max(2, iters // 10), repeats)
     return rows
-
-
-def lacks(name, dtype):
-    """Why candidate ``name`` cannot reduce ``dtype``, else None."""
-    lacking = getattr(algorithms.ALGORITHMS[name], "lacks", None)
-    return lacking(dtype) if lacking is not None else None
 
 
 def rules(times, dtype):
