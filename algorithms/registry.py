@@ -21,7 +21,7 @@ one that runs another algorithm across nodes (so ``auto`` does not choose it the
 the cost model (:mod:`topology.model.model`); without one it is not modelled.
 """
 
-from . import bamring, double_tree, hier, native, oneshot, ps, recursive_doubling, ring, tree
+from . import bamring, double_tree, hier, native, oneshot, ps, rabenseifner, recursive_doubling, ring, tree
 
 ALGORITHMS = {
     "ps": ps.allreduce,
@@ -32,6 +32,7 @@ ALGORITHMS = {
     "kmtree": tree.built_by("km"),
     "dbtree": double_tree.allreduce,
     "rd": recursive_doubling.allreduce,
+    "rabenseifner": rabenseifner.allreduce,
     "hier": hier.allreduce,
     "oneshot": oneshot.allreduce,
     "native": native.allreduce,

@@ -45,6 +45,23 @@ class Size:
 
 
 @dataclass(frozen=True)
+class Count:
+    """A whole number from ``lowest`` to ``highest``."""
+    default: int
+    lowest: int = 1
+    highest: int = 1 << 30
+
+    def parse(self, name, raw):
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            raise ValueError(f"{name}={raw!r} must be a whole number") from None
+        if not self.lowest <= value <= self.highest:
+            raise ValueError(f"{name}={raw!r} must be from {self.lowest} to {self.highest}")
+        return value
+
+
+@dataclass(frozen=True)
 class Choice:
     """One of ``choices`` (compared in lower case, spaces stripped)."""
     default: str
@@ -105,6 +122,8 @@ WIRE = {
     # hier: the node of each rank (empty: the ranks that share memory), and what runs across nodes
     "ALLREDUCE_NODE_MAP": NodeMap(),
     "ALLREDUCE_HIER_ACROSS": Choice("ring", ("ring", "bamtree")),
+    # rabenseifner: the radix k of its halving and doubling steps (2: halves)
+    "ALLREDUCE_RADIX": Count(2, lowest=2, highest=64),
     # auto: the tuning table it follows (python -m bench tune); unset, the model decides
     "ALLREDUCE_TUNING_FILE": Path(),
 }

@@ -232,7 +232,7 @@ SETTINGS = {"ALLREDUCE_TRANSPORT": "direct", "ALLREDUCE_CUDA_AWARE": "1", "ALLRE
             "ALLREDUCE_STAGE_BYTES": "4096", "ALLREDUCE_SHM_SLOT_BYTES": "65536", "ALLREDUCE_IPC_SLOT_BYTES": "65536",
             "ALLREDUCE_SHM_MIN_BYTES": "1024", "ALLREDUCE_SHM_MAX_BYTES": "100", "ALLREDUCE_IPC_MIN_BYTES": "64",
             "ALLREDUCE_IPC_MAX_BYTES": "4096", "ALLREDUCE_SHM_BY_PAGES": "1", "ALLREDUCE_NODE_MAP": "0,0,1",
-            "ALLREDUCE_HIER_ACROSS": "bamtree", "ALLREDUCE_ONESHOT_BYTES": "4096",
+            "ALLREDUCE_HIER_ACROSS": "bamtree", "ALLREDUCE_ONESHOT_BYTES": "4096", "ALLREDUCE_RADIX": "3",
             "ALLREDUCE_TUNING_FILE": "results/tuning-elsewhere-3r.json"}
 
 
@@ -258,8 +258,9 @@ def test_a_setting_on_one_rank_alone_is_refused_on_every_rank(tmp_path, variable
     ("ALLREDUCE_SEGMENT_BYTES", "1", "ALLREDUCE_SEGMENT_BYTES='1' is below its lower bound, 4 KiB"),
     ("ALLREDUCE_SHM_SLOT_BYTES", "1000", "ALLREDUCE_SHM_SLOT_BYTES=1000 must be a multiple of 64"),
     ("ALLREDUCE_STAGE_BYTES", "lots", "ALLREDUCE_STAGE_BYTES='lots' must be a positive number of bytes"),
-    ("ALLREDUCE_TRANSPORT", "pigeon", "ALLREDUCE_TRANSPORT='pigeon' is not one of auto, direct, staged, shm")],
-    ids=["segment-too-small", "slot-not-a-multiple", "stage-not-a-number", "transport-unknown"])
+    ("ALLREDUCE_TRANSPORT", "pigeon", "ALLREDUCE_TRANSPORT='pigeon' is not one of auto, direct, staged, shm"),
+    ("ALLREDUCE_RADIX", "1", "ALLREDUCE_RADIX='1' must be from 2 to 64")],
+    ids=["segment-too-small", "slot-not-a-multiple", "stage-not-a-number", "transport-unknown", "radix-too-small"])
 def test_a_bad_setting_is_one_line_and_exit_2(tmp_path, variable, value, message):
     job = Job(tmp_path, [*SHORT, "--log", "none"], env={variable: value})
     assert job.end(timeout=60)[0] == 2

@@ -1,5 +1,5 @@
-"""The lower bound on any all-reduce (topology.model.lower_bound): its closed forms, its minimum cut
-against every subset by brute force, and no modelled algorithm below it."""
+"""The lower bound on any all-reduce (topology.model.lower_bound): its closed forms (bytes and
+latencies), its minimum cut against every subset by brute force, and no modelled algorithm below it."""
 
 import itertools
 import json
@@ -42,7 +42,35 @@ def test_one_slow_port_is_the_cut():
     slow = int(np.argmin(matrix.ports["egress"]))
     bound = lower_bound(Network.from_matrix(matrix), M)
     assert bound.kind == "cut" and bound.detail == f"the egress of node {slow}"
-    assert bound.seconds == pytest.approx(M / (matrix.ports["egress"][slow] * 1e9))
+    alpha = matrix.latency[~np.eye(matrix.size, dtype=bool)].min() * 1e-6  # the last byte's latency
+    assert bound.seconds == pytest.approx(M / (matrix.ports["egress"][slow] * 1e9) + alpha)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 8, 9, 100])
+def test_small_messages_are_bound_by_log2_n_latencies(n):
+    """alpha 10 us, 400 GB/s: at 8 B the bound is ceil(log2 N) latencies (recursive doubling's
+    own time where N is a power of two); at 64 MiB the bytes plus one latency."""
+    network = Network.uniform(n, 400.0, 10.0)
+    hops = int(np.ceil(np.log2(n)))
+    bound = lower_bound(network, 8)
+    if n == 2:  # one latency: the bytes' bound plus a latency is the larger
+        assert bound.kind == "traffic" and bound.seconds == pytest.approx(10e-6 + 8 / 400e9)
+    else:
+        assert bound.kind == "latency" and bound.seconds == pytest.approx(hops * 10e-6)
+        assert bound.detail == f"ceil(log2 {n}) = {hops} latencies of 10 us"
+    if n & (n - 1) == 0:
+        assert cost_model(network).time("rd", 8) == pytest.approx(bound.seconds, rel=1e-3)
+    big = lower_bound(network, M)
+    assert big.kind == "traffic" and big.seconds == pytest.approx(2 * (n - 1) / n * M / 400e9 + 10e-6)
+
+
+def test_the_least_latency_of_any_link_counts():
+    """One fast pair among slow links: the bound uses the fastest latency, as a message can take it."""
+    b = np.full((4, 4), 10.0)
+    latency = np.full((4, 4), 50.0)
+    latency[0, 1] = latency[1, 0] = 2.0
+    bound = lower_bound(Network.from_matrix(BandwidthMatrix(b, latency)), 1)
+    assert bound.kind == "latency" and bound.seconds == pytest.approx(2 * 2e-6)
 
 
 def brute_force_cut(w):

@@ -1,6 +1,6 @@
 """``python -m bench train`` end to end under a real mpiexec, on a tiny model: the table, the -J
-document's fields against what they must be (bytes a step = parameters x item size, step >=
-compute, parameters the same on every rank, noop's differing), the plot, an all-reducing run
+document's fields against what they must be (bytes a step = parameters x item size, exposed =
+step - compute, parameters the same on every rank, noop's differing), the plot, an all-reducing run
 whose parameters differ (exit 1), bad flags (one line, exit 2 on every rank), PyTorch missing;
 ``bench scaling --train`` reading the document; the shared model of exposed communication; the
 overlapping hook's refusal below MPI_THREAD_SERIALIZED."""
@@ -89,8 +89,6 @@ def test_two_ranks_table_and_document(two_ranks):
             continue
         assert run["params_identical"] is True and cells[10] == "same"
         assert run["busbw"] > 0 and all(b["allreduce_ms"] > 0 for b in run["buckets"])
-        # an all-reduce costs time on top of the computation: allow the noise of 3 steps on 2 shared cores
-        assert run["step_ms"] >= 0.7 * run["compute_ms"]
         if run["algorithm"] != "gloo":  # at 2 ranks dividing by 2 is exact: gloo's bits exactly
             assert run["vs_gloo_max_rel_diff"] == 0.0 and run["overlap_reached"] is not None
             assert run["overlap"] == (label.endswith("+ovl"))

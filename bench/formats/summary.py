@@ -65,7 +65,7 @@ def bound_text(summary, bound, placement="out_of_place"):
         return ""
     names = list(dict.fromkeys(name for entry in summary for name in entry["time_us"]))
     lines = ["#", f"# Time ({placement.replace('_', ' ')}) over the lower bound of any all-reduce on the links "
-                  "of --topology (ports' traffic or minimum cut)"]
+                  "of --topology (ports' traffic or minimum cut, plus a latency; at least ceil(log2 N) latencies)"]
     groups = {}
     for entry in summary:
         groups.setdefault((entry["type"], entry["redop"]), []).append(entry)

@@ -18,6 +18,7 @@ caps its total egress and ingress, optionally in racks behind shaped uplinks (``
 """
 
 import datetime
+import json
 import os
 import shutil
 import subprocess
@@ -27,6 +28,7 @@ import tempfile
 import numpy as np
 
 from algorithms.costs import cost_model
+from algorithms.settings import setting
 from topology import BandwidthMatrix, build_tree, random_heterogeneous, seed_example
 from topology.files import write_json_atomically, write_text_atomically
 from topology.probe import PERCENTILE
@@ -46,7 +48,11 @@ ITERS, WARMUP = 3, 1  # bench -n, -w
 MODEL_TOLERANCE = 0.20
 PAIR_ALGOS = ("bamtree", "kmtree", "tree", "ring", "bamring", "ps")
 NODE_ALGOS = ("hier", "ring", "bamring", "tree", "dbtree", "bamtree", "kmtree", "ps")
+HALVING = ("rabenseifner", "rd")  # beside the ring at 8 ranks: log2 N steps against 2(N-1)
 HIER_BAM = "hier-bamtree"  # hier with its all-reduce across the nodes on the BAM tree of the node matrix
+#: MPICH's own halving-doubling (a run of its own: MPICH reads its algorithm at MPI_Init), modelled
+#: as rabenseifner at radix 2, the same exchanges
+MPICH_RSAG = "mpi:reduce_scatter_allgather"
 
 # The 2x2 example of the bottleneck-aware matching (topology.seed_example) with ranks ordered A, a, B, b and 1 GB/s = 50 Mbit/s: from
 # root A the first level takes B (500), then the 2x2 example: BAM picks A-a, B-b (250, 200),
@@ -71,13 +77,14 @@ def shapes():
         "seed4": dict(description="the 2x2 example of bottleneck matching embedded in the second level (K = 4)",
                       rates=_SEED, sizes=[8 * MIB], algos=PAIR_ALGOS),
         "het8": dict(description="random heterogeneous links, 100-400 Mbit/s, seed 199 (K = 8)",
-                     rates=random_heterogeneous(8, 100, 400, seed=199).bandwidth, sizes=[8 * MIB], algos=PAIR_ALGOS),
+                     rates=random_heterogeneous(8, 100, 400, seed=199).bandwidth, sizes=[8 * MIB], algos=PAIR_ALGOS + HALVING,
+                     mpich=True),
         "twonodes": dict(description=f"2 nodes x 2 ranks, every NIC and link {NIC_MBIT:g} Mbit/s (the test suite's shape)",
                          rates=_full(2, NIC_MBIT), ranks_per_node=2, nic_mbit=NIC_MBIT, sizes=[8 * MIB],
                          algos=("hier", "ring", "tree", "ps")),
         "nodes": dict(description=f"4 nodes x 2 ranks, every NIC and link {NIC_MBIT:g} Mbit/s",
                       rates=_full(4, NIC_MBIT), ranks_per_node=2, nic_mbit=NIC_MBIT,
-                      sizes=[8 * MIB], algos=NODE_ALGOS),
+                      sizes=[8 * MIB], algos=NODE_ALGOS + HALVING, mpich=True),
         "racks": dict(description=f"2 racks of 2 nodes x 2 ranks, NICs {NIC_MBIT:g} Mbit/s, "
                                   f"each rack's uplink {NIC_MBIT:g} Mbit/s (2:1)",
                       rates=_full(4, NIC_MBIT), ranks_per_node=2, nic_mbit=NIC_MBIT, racks=[0, 0, 1, 1],
@@ -221,6 +228,10 @@ def run_topology(name, shape, workdir, out, tag, owner=None, sizes=None, probe_b
             for row in _bench(lab, ["hier"], sizes, probe_file, os.path.join(workdir, f"{name}-hierbam.json"),
                               env={"ALLREDUCE_HIER_ACROSS": "bamtree"}, iters=iters):
                 rows.append({**row, "algorithm": HIER_BAM})
+        if shape.get("mpich"):
+            algos.append(MPICH_RSAG)
+            rows += _bench(lab, [MPICH_RSAG], sizes, probe_file, os.path.join(workdir, f"{name}-mpich.json"),
+                           iters=iters)
     finally:
         network.down(tag, owner)
     model = cost_model(with_uplinks(probed, shape))
@@ -264,12 +275,21 @@ def ring_summary(model, algos):
 def model_time(model, algo, size):
     if algo == HIER_BAM:
         return model.time("hier", size, across="bamtree")
-    return model.time(algo, size)
+    return model.time(modelled_as(algo), size)
+
+
+def modelled_as(algo):
+    """The schedule an entry is modelled by: MPICH's halving-doubling by rabenseifner's at radix 2."""
+    if algo == MPICH_RSAG:
+        if setting("ALLREDUCE_RADIX") != 2:
+            raise ValueError(f"{MPICH_RSAG} is modelled as rabenseifner at radix 2: unset ALLREDUCE_RADIX")
+        return "rabenseifner"
+    return algo
 
 
 def model_limit(model, algo, size):
     """What binds in the model, in words (e.g. "port: ingress port of node 0")."""
-    limit = model.limit("hier", size, across="bamtree") if algo == HIER_BAM else model.limit(algo, size)
+    limit = model.limit("hier", size, across="bamtree") if algo == HIER_BAM else model.limit(modelled_as(algo), size)
     detail = getattr(limit, "detail", "")
     return f"{limit}: {detail}" if detail and detail != str(limit) else str(limit)
 
@@ -305,6 +325,13 @@ def targets(shape, record):
                            "measured": f"bamring {bam['time_us'] / 1e3:.0f} ms, ring {ring['time_us'] / 1e3:.0f} ms "
                                        f"(model {bam['predicted_us'] / 1e3:.0f}, {ring['predicted_us'] / 1e3:.0f})",
                            "holds": bam["time_us"] < ring["time_us"]})
+        if ("rabenseifner", size) in by and ("ring", size) in by and \
+                by[("rabenseifner", size)]["predicted_us"] < 0.9 * by[("ring", size)]["predicted_us"]:
+            rab, ring = by[("rabenseifner", size)], by[("ring", size)]
+            checks.append({"target": f"rabenseifner faster than ring at {label}, as the model says",
+                           "measured": f"rabenseifner {rab['time_us'] / 1e3:.0f} ms, ring {ring['time_us'] / 1e3:.0f} ms "
+                                       f"(model {rab['predicted_us'] / 1e3:.0f}, {ring['predicted_us'] / 1e3:.0f})",
+                           "holds": rab["time_us"] < ring["time_us"]})
         if shape.get("ranks_per_node", 1) > 1 and "degraded_nic" not in shape and ("hier", size) in by:
             hier, ring = by[("hier", size)], by[("ring", size)]
             measured, modelled = ring["time_us"] / hier["time_us"], ring["predicted_us"] / hier["predicted_us"]
@@ -369,7 +396,11 @@ def summary_markdown(records, machine, seconds):
              "what misses and why: [notes.md](notes.md).", ""]
     for rec in records:
         errors = [abs(l["error"]) for l in rec["links"]]
-        lines += [f"## {rec['name']}: {rec['description']}", "",
+        lines += [f"## {rec['name']}: {rec['description']}", ""]
+        if rec.get("machine", {}).get("commit") != machine["commit"]:
+            lines += [f"From an earlier run{' (' + rec['run_at'] + ')' if rec.get('run_at') else ''}, commit "
+                      f"{rec.get('machine', {}).get('commit', 'unknown')}.", ""]
+        lines += [
                   f"Probe ({size_label(rec['probe']['bytes'])}, {PERCENTILE}th percentile of {rec['probe']['reps']}): "
                   f"{len(errors)} directed links between nodes, mean |error| {np.mean(errors):.1%}, worst {max(errors):.1%}"
                   + (f"; NICs: worst {max(abs(p['error']) for p in rec['ports']):.1%}" if rec["ports"] else "")
@@ -435,19 +466,26 @@ def plot(records, path):
 
 
 def run_all(out, tag, only=None, sizes=None, owner=None, probe_bytes=PROBE_BYTES, iters=None):
-    """Every shape (or ``only`` those): write the JSON per shape, the summary and the plot."""
+    """Every shape (or ``only`` those): write the JSON per shape, the summary and the plot. The
+    summary and the plot also show the shapes not run this time whose record ``out`` holds
+    (each section says its own run's date and commit)."""
     started = datetime.datetime.now()
     machine = describe()
     records = []
     os.makedirs(out, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="lab-") as workdir:
         for name, shape in shapes().items():
+            kept = os.path.join(out, f"{name}.json")
             if only and name not in only:
+                if os.path.exists(kept):
+                    with open(kept) as f:
+                        records.append(json.load(f))
                 continue
             print(f"# lab: {name} ({len(shape['rates'])} namespaces)", file=sys.stderr, flush=True)
             record = run_topology(name, shape, workdir, out, tag, owner, sizes, probe_bytes, iters)
             record["machine"] = machine
-            write_json_atomically(os.path.join(out, f"{name}.json"), record)
+            record["run_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+            write_json_atomically(kept, record)
             records.append(record)
     seconds = (datetime.datetime.now() - started).total_seconds()
     write_text_atomically(os.path.join(out, "summary.md"), summary_markdown(records, machine, seconds))

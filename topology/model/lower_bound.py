@@ -16,10 +16,19 @@ ranks (no reduction inside the network).
   single ranks, the nodes and the racks). ForestColl's (M/N)|S|/B+(S), the bound of the
   all-gather half, is at most this.
 
-The bound is the larger; :func:`lower_bound` says which binds and where.
+* **Latency**: each rank's result depends on every rank's input, and what a rank can have
+  heard of at most doubles with each message latency (by time t a rank's value depends on
+  at most 2^(t/alpha) inputs, alpha the least latency of any link), so T >= ceil(log2 N) alpha.
+
+Bytes and latencies combine as the larger of the latency bound and the larger byte bound plus
+one latency (the last byte across the cut still takes a latency to arrive); not as their sum,
+which is no bound: a pipelined tree's messages overlap their latencies with each other's
+bytes. :func:`lower_bound` says which binds and where.
 """
 
 from dataclasses import dataclass
+
+import math
 
 import numpy as np
 
@@ -29,8 +38,8 @@ MOST_RANKS = 4096  # the N x N links this module builds
 
 @dataclass(frozen=True)
 class Bound:
-    """``seconds`` no all-reduce of the size can beat; ``kind`` "traffic" or "cut", ``detail``
-    in words ("the egress of node 2", "all ranks' sending")."""
+    """``seconds`` no all-reduce of the size can beat; ``kind`` "traffic", "cut" or "latency",
+    ``detail`` in words ("the egress of node 2", "all ranks' sending")."""
 
     seconds: float
     kind: str
@@ -52,6 +61,8 @@ class LowerBound:
             self.traffic = [(parties, rate, text) for parties, rate, text in capacity.traffic()
                             if parties > 1 and rate > 0]
             self.cut = capacity.min_cut()
+            self.alpha = capacity.least_latency()
+            self.hops = math.ceil(math.log2(self.n))
 
     def at(self, nbytes):
         """The :class:`Bound` for ``nbytes`` per rank."""
@@ -60,7 +71,11 @@ class LowerBound:
             return Bound(0.0, "none", "nothing moves")
         bounds = [Bound(2 * (parties - 1) * m / rate, "traffic", text) for parties, rate, text in self.traffic]
         bounds.append(Bound(m / self.cut[0], "cut", self.cut[1]))
-        return max(bounds, key=lambda b: b.seconds)
+        most = max(bounds, key=lambda b: b.seconds)
+        bytes_bound = Bound(most.seconds + self.alpha, most.kind, most.detail)
+        hops = Bound(self.hops * self.alpha, "latency",
+                     f"ceil(log2 {self.n}) = {self.hops} latencies of {self.alpha * 1e6:.3g} us")
+        return hops if hops.seconds > bytes_bound.seconds else bytes_bound
 
 
 class Capacities:
@@ -81,6 +96,14 @@ class Capacities:
         member = np.eye(network.node_count)[self.nodes]  # rank x node
         self.between = member.T @ w @ member  # node x node: the links from one node to another
         np.fill_diagonal(self.between, 0.0)
+
+    def least_latency(self):
+        """The least latency (s) of any link between two ranks."""
+        n = self.network.n
+        src, dst = np.divmod(np.arange(n * n), n)
+        between = src != dst
+        _, latency = self.network.link(src[between], dst[between])
+        return float(np.min(np.broadcast_to(np.asarray(latency, dtype=float), src[between].shape)))
 
     def _ports(self, kind):
         cap = getattr(self.network, kind)
