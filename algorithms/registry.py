@@ -21,7 +21,7 @@ one that runs another algorithm across nodes (so ``auto`` does not choose it the
 the cost model (:mod:`topology.model.model`); without one it is not modelled.
 """
 
-from . import bamring, double_tree, hier, native, oneshot, ps, rabenseifner, recursive_doubling, ring, tree
+from . import bamring, double_tree, hier, native, oneshot, ps, rabenseifner, recursive_doubling, ring, tree, twoshot
 
 ALGORITHMS = {
     "ps": ps.allreduce,
@@ -35,6 +35,7 @@ ALGORITHMS = {
     "rabenseifner": rabenseifner.allreduce,
     "hier": hier.allreduce,
     "oneshot": oneshot.allreduce,
+    "twoshot": twoshot.allreduce,
     "native": native.allreduce,
 }
 

@@ -232,8 +232,8 @@ SETTINGS = {"ALLREDUCE_TRANSPORT": "direct", "ALLREDUCE_CUDA_AWARE": "1", "ALLRE
             "ALLREDUCE_STAGE_BYTES": "4096", "ALLREDUCE_SHM_SLOT_BYTES": "65536", "ALLREDUCE_IPC_SLOT_BYTES": "65536",
             "ALLREDUCE_SHM_MIN_BYTES": "1024", "ALLREDUCE_SHM_MAX_BYTES": "100", "ALLREDUCE_IPC_MIN_BYTES": "64",
             "ALLREDUCE_IPC_MAX_BYTES": "4096", "ALLREDUCE_SHM_BY_PAGES": "1", "ALLREDUCE_NODE_MAP": "0,0,1",
-            "ALLREDUCE_HIER_ACROSS": "bamtree", "ALLREDUCE_ONESHOT_BYTES": "4096", "ALLREDUCE_RADIX": "3",
-            "ALLREDUCE_TUNING_FILE": "results/tuning-elsewhere-3r.json"}
+            "ALLREDUCE_HIER_ACROSS": "bamtree", "ALLREDUCE_ONESHOT_BYTES": "4096", "ALLREDUCE_TWOSHOT_BYTES": "4096",
+            "ALLREDUCE_RADIX": "3", "ALLREDUCE_TUNING_FILE": "results/tuning-elsewhere-3r.json"}
 
 
 def test_every_wire_setting_is_listed_here():

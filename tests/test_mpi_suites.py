@@ -94,6 +94,11 @@ def test_registered_vectors_suite(ranks, tmp_path):
     run_suite(ranks, "tests/mpi/test_registered.py", tmp_path, timeout=240)
 
 
+@pytest.mark.parametrize("ranks", [1, 2, 3, 5])
+def test_twoshot_suite(ranks, tmp_path):
+    run_suite(ranks, "tests/mpi/test_twoshot.py", tmp_path, timeout=120)
+
+
 def _gpus():
     try:
         import cupy

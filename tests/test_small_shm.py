@@ -128,6 +128,19 @@ def test_the_transport_falls_back_to_mpi_and_says_so(tmp_path):
     assert "# Env: UCX_TLS=^posix" in out  # UCX's own shared memory turned off before MPI_Init
 
 
+def test_twoshot_runs_the_ring_where_its_window_does_not_fit(tmp_path):
+    """10 MiB, 2 ranks: the slots fit, twoshot's window (two 1 MiB boxes a rank) does not; it
+    runs the ring, exact, and says so in its header and once on stderr."""
+    job = ended(in_small_shm(tmp_path, "10m", 2, sweep("-b", "1K", "-e", "4M", "--algo", "ring,twoshot")), 0)
+    out = job.stdout()
+    assert out.count("# Out of bounds values : 0 OK") == 2
+    headers = [line for line in out.splitlines() if line.startswith("# Transport: shared-memory within a node")]
+    assert len(headers) == 2 and "no shared memory" not in headers[0], headers
+    assert "twoshot runs ring: no shared memory for its window (twoshot's window needs" in headers[1]
+    warnings = [line for line in job.stderr().splitlines() if line.startswith("allreduce: warning: twoshot runs ring")]
+    assert len(warnings) == 1, job.stderr()
+
+
 def test_where_it_fits_the_shared_memory_transport_runs_exact(tmp_path):
     """16 MiB, 3 ranks: where UCX itself failed MPI_Init (SIGSEGV) before its transport was
     turned off; the slots fit, every algorithm exact."""

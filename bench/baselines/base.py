@@ -11,9 +11,12 @@ benchmark names a baseline. The driver asks, in this order:
    :meth:`~Baseline.in_all` (what ``--algo all`` runs) and :meth:`~Baseline.check` (what
    cannot run with these arguments: one line and exit 2);
 3. before the first size, :meth:`~Baseline.start` (collective: a communicator of its own;
-   it raises :class:`Unavailable` on every rank when it cannot run);
+   it raises :class:`Unavailable` on every rank when it cannot run), then
+   :meth:`~Baseline.skips` (a name it cannot run after all: one ``# NAME skips: WHY`` line
+   and the others run; exit 2 when none is left);
 4. for each table, :meth:`~Baseline.transport` (the header's ``# Transport:`` line) and
-   :meth:`~Baseline.runner` (the function the timing loop calls);
+   :meth:`~Baseline.runner` (the function the timing loop calls, or times through: a
+   ``loop`` attribute, :func:`bench.core.timing.time_calls`);
 5. at the end, :meth:`~Baseline.close`.
 
 Modules here import neither mpi4py nor ``algorithms`` at import time, so that step 1 runs
@@ -67,9 +70,16 @@ class Baseline:
         """Make what it runs on (collective over ``comm``); raise :class:`Unavailable` on every
         rank when it cannot."""
 
+    def skips(self, name):
+        """Why ``name`` cannot run after all, found by :meth:`start` (one line, the same on every
+        rank), else None."""
+        return None
+
     def runner(self, spec, name, comm, op):
         """``run(send, recv, check=False) -> result`` for ``name`` on collective ``spec``
-        (:mod:`bench.core.collectives`) with ``op``."""
+        (:mod:`bench.core.collectives`) with ``op``; where the calls are timed in a loop of
+        its own, ``run.loop(send, recv, iters, agg, blocking, per_iteration) -> (seconds,
+        host seconds)`` runs them."""
         raise NotImplementedError
 
     def transport(self, name, xp):

@@ -1,6 +1,8 @@
 """The ``mpi`` baseline: the MPI library's own ``MPI_Allreduce`` (and, for the other collectives,
-``MPI_Reduce_scatter_block`` and ``MPI_Allgather``), called through mpi4py; and ``mpi:NAME``,
-the library told to use its own algorithm NAME.
+``MPI_Reduce_scatter_block`` and ``MPI_Allgather``), timed in a loop compiled from C
+(:mod:`.mpi_loop`), without Python's cost of a call; and ``mpi:NAME``, the library told to use
+its own algorithm NAME, timed the same way. :class:`LibraryBaseline` is what it shares with
+``mpi4py`` (:mod:`.mpi4py`), the same calls made through mpi4py.
 
 ``--algo mpi:NAME`` runs ``MPI_Allreduce`` with the library told to use its algorithm NAME. It
 reads that once, at ``MPI_Init``, so a run takes one NAME, and ``python -m bench`` sets it
@@ -27,6 +29,7 @@ import os
 from dataclasses import dataclass, field
 
 from .base import Baseline
+from .mpi_loop import CompiledLoop
 
 PREFIX = "mpi:"
 
@@ -107,35 +110,24 @@ def current_library():
     return library_of(MPI.Get_library_version())
 
 
-class MpiBaseline(Baseline):
-    """``mpi``: the library's own collective; ``mpi:NAME``: the library told to use its algorithm NAME."""
+class LibraryBaseline(Baseline):
+    """The MPI library's own collectives, on host buffers or a CUDA-aware MPI's device buffers;
+    ``avg`` is ``MPI_SUM`` divided by the rank count (MPI has no average)."""
 
-    family = "mpi"
-    help = (f"mpi (native MPI_Allreduce; mpi:NAME: the library's own algorithm NAME, one per run: with MPICH "
-            f"{','.join(MENU)}, with Open MPI {','.join(OPEN_MPI.menu)})")
-
-    def names(self, collective):
-        library = current_library() if collective == "allreduce" else None
-        return ["mpi", *(f"{PREFIX}{name}" for name in (library.menu if library else ()))]
+    #: how the calls are made, in the header's transport line
+    how = ""
 
     def in_all(self, name, args):
-        return name == "mpi" and (args.device == "cpu" or args.cuda_aware)
-
-    def environment(self, argv, env):
-        return environment_for(argv, env)
+        return name == self.family and (args.device == "cpu" or args.cuda_aware)
 
     def check(self, args, chosen):
-        told = [a for a in chosen if a.startswith(PREFIX)]
-        if told:
-            library = current_library()
-            if "mpi" in chosen:
-                return f"--algo mpi with {told[0]}: in this run MPI_Allreduce is {told[0]}; time mpi in a run of its own"
-            if len(set(told)) > 1 or os.environ.get(library.variable) != library.menu[told[0][len(PREFIX):]]:
-                return (f"--algo {','.join(told)}: one mpi:NAME per run, through python -m bench, which sets "
-                        f"{library.variable} before MPI starts")
-        if "mpi" in chosen and args.device == "gpu" and not args.cuda_aware:
-            return ("--algo mpi with --device gpu needs a CUDA-aware MPI (MPIX_Query_cuda_support says no; "
-                    "ALLREDUCE_CUDA_AWARE=1 overrides)")
+        told = [a for a in args.algos if a.startswith(PREFIX)]
+        if told and self.family in chosen:
+            return (f"--algo {self.family} with {told[0]}: in this run MPI_Allreduce is {told[0]}; time "
+                    f"{self.family} in a run of its own")
+        if self.family in chosen and args.device == "gpu" and not args.cuda_aware:
+            return (f"--algo {self.family} with --device gpu needs a CUDA-aware MPI (MPIX_Query_cuda_support says "
+                    "no; ALLREDUCE_CUDA_AWARE=1 overrides)")
         return None
 
     def lacks(self, name, dtype):
@@ -143,12 +135,50 @@ class MpiBaseline(Baseline):
 
         return no_mpi_type(dtype)
 
+    def transport(self, name, xp):
+        return (f"the MPI library's own collective, {self.how}"
+                + (" on device buffers (CUDA-aware MPI)" if xp.__name__ != "numpy" else ""))
+
+
+class MpiBaseline(LibraryBaseline):
+    """``mpi``: the library's own collective; ``mpi:NAME``: the library told to use its algorithm
+    NAME; both timed in the compiled loop, which :meth:`start` builds (or says why it cannot)."""
+
+    family = "mpi"
+    how = "timed in a compiled loop (avg: MPI_SUM calls, divided by the rank count once after them)"
+    help = (f"mpi (the MPI library's own MPI_Allreduce, timed in a loop compiled from C with the MPI's mpicc, "
+            f"without Python's cost of a call; avg: MPI_SUM calls timed, divided by the rank count once after; "
+            f"mpi:NAME: the library's own algorithm NAME, one per run: with MPICH {','.join(MENU)}, with Open MPI "
+            f"{','.join(OPEN_MPI.menu)})")
+    loop = problem = None
+
+    def names(self, collective):
+        library = current_library() if collective == "allreduce" else None
+        return ["mpi", *(f"{PREFIX}{name}" for name in (library.menu if library else ()))]
+
+    def environment(self, argv, env):
+        return environment_for(argv, env)
+
+    def check(self, args, chosen):
+        told = [a for a in chosen if a.startswith(PREFIX)]
+        if told and "mpi" not in chosen:
+            library = current_library()
+            if len(set(told)) > 1 or os.environ.get(library.variable) != library.menu[told[0][len(PREFIX):]]:
+                return (f"--algo {','.join(told)}: one mpi:NAME per run, through python -m bench, which sets "
+                        f"{library.variable} before MPI starts")
+        return super().check(args, chosen)
+
+    def start(self, comm):
+        self.loop, self.problem = CompiledLoop.start(comm)
+
+    def skips(self, name):
+        return self.problem
+
     def runner(self, spec, name, comm, op):
-        return spec.run_mpi(comm, op)  # mpi:NAME: the library was told its algorithm at MPI_Init
+        return self.loop.runner(spec, comm, op)  # mpi:NAME: the library was told its algorithm at MPI_Init
 
     def transport(self, name, xp):
         if name.startswith(PREFIX):
             library, algorithm = current_library(), name[len(PREFIX):]
-            return f"{library.name}'s own {algorithm} ({library.variable}={library.menu[algorithm]})"
-        return "the MPI library's own collective" + (" on device buffers (CUDA-aware MPI)"
-                                                     if xp.__name__ != "numpy" else "")
+            return f"{library.name}'s own {algorithm} ({library.variable}={library.menu[algorithm]}), {self.how}"
+        return super().transport(name, xp)

@@ -2,7 +2,9 @@
 
 A spec says how a size in bytes becomes element counts, the bus-bandwidth
 factor (nccl-tests' PERFORMANCE.md), how to fill inputs whose exact result is
-known, where a result lands, and how each algorithm runs it in and out of place.
+known, where a result lands, and how each algorithm runs it in and out of place
+(the MPI library's own call: through mpi4py, ``run_mpi``; from C, its count and
+result, ``mpi_count`` and ``mpi_result``).
 """
 
 import numpy as np
@@ -22,6 +24,16 @@ class _Spec:
     def in_place_buffer(xp, send, recv, rank, n):
         """The buffer an in-place call works on: by default the input itself."""
         return send
+
+    @staticmethod
+    def result(send, recv, n):
+        """Where an MPI call's result lands: by default the output (in place, the one buffer)."""
+        return recv
+
+    @classmethod
+    def mpi_result(cls, send, recv, op, n):
+        """An MPI call's result, ``avg`` (a sum: MPI has no average) divided by the rank count."""
+        return _average(cls.result(send, recv, n), op, n)
 
 
 class AllReduce(_Spec):
@@ -56,12 +68,17 @@ class AllReduce(_Spec):
         return run
 
     @staticmethod
-    def run_mpi(comm, op):
+    def mpi_count(send, recv, n):
+        """MPI's count argument: the whole vector."""
+        return send.size
+
+    @classmethod
+    def run_mpi(cls, comm, op):
         mpi_op = _MPI_OPS[op]
 
         def run(send, recv, check=False):
             comm.Allreduce(MPI.IN_PLACE if recv is send else send, recv, op=mpi_op)
-            return _average(recv, op, comm.size)
+            return cls.mpi_result(send, recv, op, comm.size)
         return run
 
 
@@ -96,16 +113,22 @@ class ReduceScatter(_Spec):
         return run
 
     @staticmethod
-    def run_mpi(comm, op):
+    def result(send, recv, n):
+        """MPI's in-place result is the first chunk of the buffer."""
+        return send[:send.size // n] if recv is send else recv
+
+    @staticmethod
+    def mpi_count(send, recv, n):
+        """MPI's count argument: one rank's chunk."""
+        return send.size // n
+
+    @classmethod
+    def run_mpi(cls, comm, op):
         mpi_op = _MPI_OPS[op]
 
         def run(send, recv, check=False):
-            per = send.size // comm.size
-            if recv is send:  # MPI's in-place result is the first chunk of the buffer
-                comm.Reduce_scatter_block(MPI.IN_PLACE, send, op=mpi_op)
-                return _average(send[:per], op, comm.size)
-            comm.Reduce_scatter_block(send, recv, op=mpi_op)
-            return _average(recv, op, comm.size)
+            comm.Reduce_scatter_block(MPI.IN_PLACE if recv is send else send, recv, op=mpi_op)
+            return cls.mpi_result(send, recv, op, comm.size)
         return run
 
 
@@ -141,6 +164,11 @@ class AllGather(_Spec):
         def run(send, recv, check=False):
             return algorithms.all_gather(send, None if recv is send else recv, comm=comm, check=check)
         return run
+
+    @staticmethod
+    def mpi_count(send, recv, n):
+        """MPI's count argument: one rank's chunk."""
+        return recv.size // n
 
     @staticmethod
     def run_mpi(comm, op):

@@ -9,6 +9,7 @@ when interrupted.
 
 import contextlib
 import datetime
+import functools
 import itertools
 import os
 import socket
@@ -161,6 +162,10 @@ def main(argv=None):
             sys.stderr.write(f"{PROG}: {exc}\n")
         return 2
     try:
+        if all(skip_reason(a) for a in args.algos):  # nothing left to measure: said as a refusal
+            if rank == 0:
+                sys.stderr.write(f"{PROG}: --algo {args.algos[0]}: {skip_reason(args.algos[0])}\n")
+            return 2
         return _sweep(comm, args, argv, spec, say, crowded, xp, device)
     finally:
         for baseline in started:
@@ -214,6 +219,10 @@ def _sweep(comm, args, argv, spec, say, crowded, xp, device):
     total_wrong = 0
     try:
         for algo in args.algos:
+            reason = skip_reason(algo)
+            if reason:  # the others run
+                say(f"# {algo} skips: {reason}", flush=True)
+                continue
             transport = transport_of(algo, comm, xp)
             if rank == 0:
                 say(header_lines(comm, args, algo, devices, transport, crowded), flush=True)
@@ -304,6 +313,12 @@ def transport_of(algo, comm, xp):
     return baseline.transport(algo, xp) if baseline else algorithms.transport_in_use(xp, comm, algo)
 
 
+def skip_reason(name):
+    """Why ``--algo`` entry ``name`` cannot run after all (its baseline's word once started), else None."""
+    baseline = find(name)
+    return baseline.skips(name) if baseline else None
+
+
 def make_runner(spec, name, comm, op, topology=None):
     """``run(send, recv, check=False) -> result`` for ``--algo`` entry ``name`` of collective ``spec``."""
     baseline = find(name)
@@ -346,9 +361,10 @@ def _measure(comm, args, spec, run, xp, dtype, op, total, count, send, recv, in_
     for placement, (s, r) in (("out_of_place", (send, recv)), ("in_place", (in_place, in_place))):
         run(s, r, check=True)  # arguments agree on every rank before timing
         settle = xp.cuda.get_current_stream().synchronize if xp is not np else None
+        loop = getattr(run, "loop", None)  # a baseline timed in a compiled loop of its own
         with np.errstate(all="ignore"):  # in-place timing re-reduces its own output: floats reach inf
             seconds, host = time_calls(comm, lambda: run(s, r), args.iters, args.warmup_iters, bool(args.blocking),
-                                       times, settle, args.agg_iters)
+                                       times, settle, args.agg_iters, loop and functools.partial(loop, s, r))
         seconds, host = aggregate(comm, seconds, args.average), aggregate(comm, host, args.average)
         algbw, busbw = bandwidths(actual_bytes, seconds, spec.factor(size))
         wrong, checked = (check(comm, spec, run, xp, dtype, op, total, placement == "in_place", args)

@@ -1,5 +1,6 @@
 """The timed loop, nccl-tests' way: warm up, then ``iters`` calls back to back, timed with
-``MPI.Wtime``; per-rank times combined across ranks as ``-a`` says; per-iteration times
+``MPI.Wtime`` (or, for a runner with a compiled loop of its own, the ``mpi`` baseline's, in that
+loop); per-rank times combined across ranks as ``-a`` says; per-iteration times
 (``-I 1``) kept in a preallocated array. Nothing is allocated inside the timed loop.
 :func:`timed` runs several candidates in turns of that loop (``bench perf``, ``bench tune``)."""
 
@@ -20,19 +21,29 @@ def aggregate(comm, seconds, how):
     return comm.allreduce(seconds, op=MPI.MIN if how == 2 else MPI.MAX)
 
 
-def time_calls(comm, call, iters, warmup, blocking=False, per_iteration=None, settle=None, agg=1):
+def time_calls(comm, call, iters, warmup, blocking=False, per_iteration=None, settle=None, agg=1, loop=None):
     """(seconds per call, host seconds per call) on this rank: ``iters`` iterations of ``agg``
     calls each (``-m``). The host time stops before the last wait for device work (``-C``:
     nccl-tests' cputime; the same for host buffers). ``blocking`` adds a barrier after every
     iteration (``-z 1``, inside the time); ``per_iteration`` (an array of ``iters``) receives
-    each iteration's time per call; ``settle()`` waits for queued device work (GPU buffers)."""
+    each iteration's time per call; ``settle()`` waits for queued device work (GPU buffers).
+    ``loop(iters, agg, blocking, per_iteration) -> (seconds, host seconds)``, where given, runs
+    the warm-up and the timed iterations in a compiled loop of its own, under the same rules."""
     settle = settle or (lambda: None)
+    calls = max(iters, 1) * agg
+    if loop is not None:
+        if warmup:
+            loop(warmup, 1, False, None)
+        settle()
+        comm.Barrier()
+        total, host = loop(iters, agg, blocking, per_iteration)
+        settle()
+        return total / calls, host / calls
     for _ in range(warmup):
         call()
     settle()
     comm.Barrier()
     wtime = MPI.Wtime
-    calls = max(iters, 1) * agg
     if per_iteration is None and not blocking:
         start = wtime()
         for _ in range(iters * agg):
@@ -58,7 +69,8 @@ def time_calls(comm, call, iters, warmup, blocking=False, per_iteration=None, se
 
 def timed(comm, calls, iters, warmup, repeats, most=None):
     """Median over ``repeats`` of the mean seconds per call (max over ranks), for each of
-    ``calls`` (name -> function); ``most`` caps the iterations of some ({name: count}: a
+    ``calls`` (name -> function; one with a ``loop`` attribute is timed through it, as
+    :func:`time_calls` takes it); ``most`` caps the iterations of some ({name: count}: a
     candidate a hundred times slower needs fewer to be timed as well). The candidates take
     turns within every repeat, so a noisy moment of a shared machine falls on all of them alike."""
     for call in calls.values():
@@ -67,7 +79,8 @@ def timed(comm, calls, iters, warmup, repeats, most=None):
     samples = {name: [] for name in calls}
     for _ in range(repeats):
         for name, call in calls.items():
-            seconds, _ = time_calls(comm, call, min(iters, (most or {}).get(name, iters)), 0)
+            seconds, _ = time_calls(comm, call, min(iters, (most or {}).get(name, iters)), 0,
+                                    loop=getattr(call, "loop", None))
             samples[name].append(comm.allreduce(seconds, op=MPI.MAX))
     return {name: statistics.median(values) for name, values in samples.items()}
 

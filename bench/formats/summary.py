@@ -1,6 +1,8 @@
 """The summary after the tables: per size, every algorithm's busbw, the fastest, and how it
-compares with native MPI (the ``mpi`` baseline); given the links (``--topology``), each
-all-reduce's time over the lower bound of any all-reduce on them (:mod:`topology.model.lower_bound`).
+compares with native MPI: the ``mpi`` baseline (the library's collective timed in a compiled
+loop) and, when it ran, ``mpi4py`` (the same call made through mpi4py); given the links
+(``--topology``), each all-reduce's time over the lower bound of any all-reduce on them
+(:mod:`topology.model.lower_bound`).
 
 Every line starts with ``#``, after the last table's ``Out of bounds values`` line, so
 parsers written for nccl-tests' tables (SuperBench's, CloudAI's) read past it. With several
@@ -11,12 +13,14 @@ import statistics
 
 from .tables import ratio_text, significant
 
-REFERENCE = "mpi"
+#: the baselines the fastest is set against, each a column "vs NAME" where it ran
+REFERENCES = ("mpi", "mpi4py")
 
 
 def by_size(rows, placement="out_of_place"):
-    """[{"type", "redop", "size", "busbw": {algorithm: GB/s}, "fastest", "fastest_vs_mpi"}],
-    one per type, op and size, in the order first measured."""
+    """[{"type", "redop", "size", "busbw": {algorithm: GB/s}, "fastest", "fastest_vs_mpi",
+    "fastest_vs_mpi4py"}], one per type, op and size, in the order first measured (a ratio is
+    None where its reference did not run)."""
     samples = {}
     for row in rows:
         key = (row["type"], row["redop"], row["size"])
@@ -27,9 +31,10 @@ def by_size(rows, placement="out_of_place"):
         busbw = {name: statistics.median(b for b, _ in values) for name, values in per_algorithm.items()}
         time_us = {name: statistics.median(t for _, t in values) for name, values in per_algorithm.items()}
         fastest = max(busbw, key=busbw.get)
-        reference = busbw.get(REFERENCE)
         summary.append({"type": dtype, "redop": op, "size": size, "busbw": busbw, "time_us": time_us,
-                        "fastest": fastest, "fastest_vs_mpi": busbw[fastest] / reference if reference else None})
+                        "fastest": fastest,
+                        **{f"fastest_vs_{name}": busbw[fastest] / busbw[name] if busbw.get(name) else None
+                           for name in REFERENCES}})
     return summary
 
 
@@ -39,22 +44,23 @@ def text(summary, placement="out_of_place"):
     if not summary:
         return ""
     names = list(dict.fromkeys(name for entry in summary for name in entry["busbw"]))
-    where = placement.replace("_", " ")
+    references = {name: max(8, len("vs " + name)) for name in REFERENCES if name == REFERENCES[0] or name in names}
+    where, over = placement.replace("_", " "), " and ".join(name + "'s" for name in references)
     lines = ["#", f"# Summary: busbw (GB/s, {where}) of every algorithm per size; the fastest, and its busbw "
-                  f"over {REFERENCE}'s"]
+                  f"over {over}"]
     groups = {}
     for entry in summary:
         groups.setdefault((entry["type"], entry["redop"]), []).append(entry)
     for (dtype, op), entries in groups.items():
         lines.append(f"# {dtype} {op}:")
         lines.append(f"# {'size':>10}" + "".join(f" {name[:8]:>8}" for name in names)
-                     + f" {'fastest':>8} {'vs ' + REFERENCE:>8}")
+                     + f" {'fastest':>8}" + "".join(f" {'vs ' + name:>{width}}" for name, width in references.items()))
         for entry in entries:
             values = "".join(f" {significant(entry['busbw'][n]):>8}" if n in entry["busbw"] else f" {'-':>8}"
                              for n in names)
-            ratio = entry["fastest_vs_mpi"]
-            lines.append(f"# {entry['size']:10d}{values} {entry['fastest'][:8]:>8} "
-                         f"{ratio_text(ratio) if ratio is not None else '-':>8}")
+            ratios = "".join(f" {ratio_text(ratio) if ratio is not None else '-':>{width}}"
+                             for name, width in references.items() for ratio in [entry[f"fastest_vs_{name}"]])
+            lines.append(f"# {entry['size']:10d}{values} {entry['fastest'][:8]:>8}{ratios}")
     return "\n".join(lines)
 
 

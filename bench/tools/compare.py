@@ -3,8 +3,9 @@
 Each FILE is an nccl-tests log (NVIDIA's, old or new format), our text output, a ``-J``
 document or a JSON-lines log of ours. One row per size and algorithm: its busbw, its time
 and busbw / the reference's busbw at the same size. The reference is the first nccl-tests
-log among the files (the vendor baseline), else native MPI (the algorithm ``mpi``; the
-first file's when several hold it), else the first algorithm; ``--reference NAME`` picks
+log among the files (the vendor baseline), else native MPI (the algorithm ``mpi``, the
+library's collective timed in a compiled loop, ``mpi4py`` being the same call through mpi4py;
+the first file's when several hold it), else the first algorithm; ``--reference NAME`` picks
 another. An algorithm found in several files is labelled with each file's name, e.g.
 "ring (tuned)". A file that holds no results is skipped with one line on stderr; when no
 file holds any, the command fails (exit 2) with one line.
@@ -140,7 +141,7 @@ def main(argv):
                    help="compare the in-place busbw and time (default: out-of-place)")
     p.add_argument("--reference", metavar="NAME",
                    help="the algorithm (or file label) the ratios divide by (default: the first nccl-tests "
-                        "log given, else mpi, else the first algorithm)")
+                        "log given, else mpi, the MPI library timed in a compiled loop, else the first algorithm)")
     args = p.parse_args(argv)
     try:
         rows, vendors = load_all(args.files)

@@ -2,7 +2,8 @@
 
 One row per size and algorithm: the model's time and busbw, what limits it (link, port,
 uplink, or latency where the start-ups dominate), and with ``--results`` the measured time
-and busbw beside them and each measured busbw over native MPI's (``mpi``). Below the table:
+and busbw beside them and each measured busbw over native MPI's (``mpi``, the library's
+all-reduce timed in a compiled loop). Below the table:
 where ring overtakes the binomial tree, the lower bound at the largest size (of any
 all-reduce on these links, :mod:`topology.model.lower_bound`: the traffic every rank or node must send
 over what its ports carry, or M over the network's minimum cut), the resource that binds
@@ -259,7 +260,7 @@ def heading(args, model, measured_ranks):
     lines.append(comment(f"{nodes}; {ports}, shared max-min fairly by the node's concurrent transfers{hier}"))
     if args.results:
         lines.append(comment(f"measured (out-of-place): {', '.join(args.results)}; vs {NATIVE} = measured busbw / "
-                             f"the measured busbw of native MPI ({NATIVE}) at the same size"))
+                             f"the measured busbw of native MPI ({NATIVE}, timed in a compiled loop) at the same size"))
     if measured_ranks - {model.n}:
         ran = ", ".join(map(str, sorted(measured_ranks)))
         lines.append(comment(f"note: the measured runs had {ran} ranks, the model {model.n}"))

@@ -24,6 +24,7 @@ import sys
 
 from topology.files import write_json_atomically, write_text_atomically
 
+from ..baselines.compiled import loaded_libmpi
 from ..baselines.mpi import OPEN_MPI, PREFIX, library_of
 from ..formats.results import placement_time, read_results
 
@@ -40,11 +41,10 @@ def library_path():
     from mpi4py import MPI  # loads the library (a tool run on its own: MPI starts here)
 
     MPI.Get_library_version()
-    with open("/proc/self/maps") as maps:
-        found = [line.split()[-1] for line in maps if re.search(r"/libmpi(ch)?\.so", line)]
+    found = loaded_libmpi()
     if not found:
         raise RuntimeError("no libmpi in this process's memory map")
-    return found[0]
+    return sorted(found)[0]
 
 
 def default_selection(path=None):

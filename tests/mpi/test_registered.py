@@ -257,7 +257,7 @@ def test_recv_combine_reduces_straight_from_registered_vectors(comm, private, co
             assert any(np.shares_memory(b, parts[sender]) for b in operands), sender
 
 
-ALGOS = ["ring", "tree", "bamtree", "ps", "rd"]
+ALGOS = ["ring", "tree", "bamtree", "ps", "rd", "twoshot"]
 
 
 @pytest.mark.parametrize("algorithm", ALGOS)

@@ -1,0 +1,85 @@
+"""The entry points of an all-reduce that runs in rounds over the node's boxes
+(:mod:`.transports.boxes`): ``oneshot`` and ``twoshot``.
+
+A vector of one box or less is one round, bound once per shape (``bind``); a longer one goes
+in pieces of a box, each piece a round; on one rank it is a copy. Where the ranks span nodes,
+for CuPy buffers, or where ``/dev/shm`` cannot back the window, the algorithm's fallback runs,
+and ``describe`` says so in the last case (the others are the algorithm's documented rule).
+For the cost model, their phase: every rank reading from every other at once (:func:`all_to_all`),
+starting in :data:`ROUND_MESSAGES`.
+"""
+
+import functools
+
+import numpy as np
+
+#: a round's start-up in messages: one counter written and polled in shared memory, no message
+#: (bench perf, 8 B on 2 ranks: oneshot 2.06 us, rd's one message 3.57 us)
+ROUND_MESSAGES = 0.5
+
+
+def in_pieces(boxes, sendbuf, recvbuf, coll):
+    """A vector over one box, in pieces of a box, each a round."""
+    step = boxes.capacity // sendbuf.itemsize
+    for lo in range(0, sendbuf.size, step):
+        piece = sendbuf[lo:lo + step]
+        boxes.round_for(piece.dtype, piece.size)(piece, recvbuf[lo:lo + step], coll)
+
+
+def over_boxes(name, window, fallback, pieces=in_pieces):
+    """``allreduce(coll, sendbuf, recvbuf)``, with its ``bind``, ``describe`` and ``one_node_only``,
+    for the algorithm ``name`` whose window is ``window(comm)`` (a :class:`.transports.boxes.Boxes`
+    with ``round_for(dtype, count)``, giving ``round(piece, out, coll)``; collective to build, kept
+    as the communicator's resource ``name``); ``fallback(coll, sendbuf, recvbuf)`` runs where it
+    cannot, ``pieces(boxes, sendbuf, recvbuf, coll)`` a vector over one box (:func:`in_pieces`)."""
+
+    def bind(coll, count, dtype):
+        """``run(sendbuf, recvbuf)`` for vectors of ``count`` elements of ``dtype``: where they fit
+        one buffer of the node's window, its round itself; otherwise :func:`allreduce`."""
+        boxes = coll.private.resources.get(name)  # made by the first call (collective)
+        if (boxes is None or not boxes.usable or coll.xp is not np or coll.size == 1
+                or count * dtype.itemsize > boxes.capacity):
+            return functools.partial(allreduce, coll)
+        one_round = boxes.round_for(dtype, count)
+
+        def run(sendbuf, recvbuf):
+            one_round(sendbuf, recvbuf, coll)
+        return run
+
+    def allreduce(coll, sendbuf, recvbuf):
+        boxes = coll.private.resources.get(name)
+        if boxes is not None and coll.xp is np:  # the common case first: a vector of one piece, seen before
+            run = boxes.rounds.get((sendbuf.dtype, sendbuf.size))
+            if run is not None:
+                run(sendbuf, recvbuf, coll)
+                return
+        if coll.size == 1:
+            coll.start_in(sendbuf, recvbuf)
+            return
+        boxes = boxes or coll.private.resource(name, window)
+        if not boxes.usable or coll.xp is not np:
+            fallback(coll, sendbuf, recvbuf)
+            return
+        if sendbuf.size * sendbuf.itemsize <= boxes.capacity:
+            boxes.round_for(sendbuf.dtype, sendbuf.size)(sendbuf, recvbuf, coll)
+        else:
+            pieces(boxes, sendbuf, recvbuf, coll)
+
+    def describe(private, transport):
+        """``transport``, and what runs instead where ``/dev/shm`` could not back the window
+        (made here, collective, as the first call would)."""
+        note = private.resource(name, window).note if private.comm.Get_size() > 1 else None
+        return f"{transport}; {name} runs {note}" if note else transport
+
+    allreduce.bind = bind
+    allreduce.describe = describe
+    allreduce.one_node_only = True  # across nodes it runs its fallback
+    return allreduce
+
+
+def all_to_all(model):
+    """The phase of every rank reading from every other rank at once (kept by the model)."""
+    def pairs():
+        src, dst = (a.ravel() for a in np.meshgrid(np.arange(model.n), np.arange(model.n), indexing="ij"))
+        return src[src != dst], dst[src != dst]
+    return model.phase(("all-to-all",), pairs)

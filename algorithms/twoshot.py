@@ -1,0 +1,183 @@
+"""Two-shot all-reduce through the node's shared memory: a reduce-scatter and an all-gather,
+each one read of the others' data (PyTorch symmetric memory's ``two_shot_all_reduce``,
+TensorRT-LLM's and vLLM's "two-shot"); ``oneshot``'s bandwidth-optimal sibling.
+
+Every rank posts its vector into its own box of a window the node's ranks share
+(:mod:`.transports.boxes`) and raises its counter; each rank then reduces its 1/N slice
+(:func:`.layout.chunk_offsets`) from all N boxes, in rank order (its own slice from its vector),
+straight into its result, copies that slice into its own box, where nobody read before, and
+raises its counter again; then each copies the N-1 other reduced slices from the other boxes.
+Each slice is reduced by one rank only, so every rank gets the same bits. A rank reads
+2(N-1)/N M, as in the ring, after two synchronisations instead of 2(N-1) message steps:
+T ~ 2 alpha_sync + 2(N-1)/N M/beta_mem, plus the copies into and out of the boxes, which the
+ring's large MPI messages (one kernel copy from huge pages) do not make: on 2 ranks of a 2-vCPU
+VM it is the faster of the two up to 16 MiB, the ring from 32 MiB (registered vectors, which
+it does not copy: about even). A vector over one box (``ALLREDUCE_TWOSHOT_BYTES``, 1 MiB) goes
+in pieces, each a round.
+
+Registered vectors (:func:`algorithms.alloc_registered`) are not copied: the box's header says
+where a rank's piece and result lie; the others reduce from the piece where it lies, and each
+writes its reduced slice into every registered result while it is still in its cache (into its
+box only for the plain results). Once every rank has said in a round's header that both its
+vectors are registered to their ends, the rest of the call is one round.
+
+Round c (over every call and piece) uses box c mod 2, and its counter takes the values 2c-1
+(posted) and 2c (reduced, and written into the registered results). A rank writes box c mod 2
+in round c only after its wait in round c-1 for every counter to reach 2(c-1)-1, which each
+rank raised after it finished round c-2, the last round of that box; no rank can raise a box's
+counter past round c before every rank posted round c+1, so waiting for "at least" is exact.
+A piece is read, and a registered result written by the others, only between 2c-1 and 2c, and
+every rank waits for 2c before it returns. Where the ranks span nodes, or for CuPy buffers, or
+where ``/dev/shm`` cannot back the window, it is the ring (:mod:`.ring`), the bandwidth-optimal
+all-reduce between nodes too, moving what this one moves.
+"""
+
+import math
+
+import numpy as np
+
+from . import ring
+from .layout import chunk_offsets
+from .posted import ROUND_MESSAGES, all_to_all, over_boxes
+from .settings import setting
+from .transports.boxes import Boxes, wait_all
+from .transports.registered import decode, encode
+from .transports.shm_window import LINE
+
+SOURCE, RESULT, WHOLE = 1, 2, 3  # header words after the counter: where the piece and the result lie
+# (0: in the box), and whether both of this rank's vectors are registered to their ends
+
+
+class TwoShotWindow(Boxes):
+    """The node's boxes for two-shot all-reduce (:class:`.transports.boxes.Boxes`): per rank two,
+    each a line of counter and labels and a buffer of ``ALLREDUCE_TWOSHOT_BYTES``."""
+
+    def __init__(self, comm):
+        super().__init__(comm, "twoshot", "ALLREDUCE_TWOSHOT_BYTES", "ring", words=4, offset=LINE)
+
+    def round_for(self, dtype, count):
+        """``round(piece, out, coll, whole=False)`` for pieces of ``count`` elements of ``dtype``
+        (module docstring); it returns whether every rank said ``whole``. Over one box, only for
+        pieces that every rank's labels place (kept apart from the pieces of a box, which
+        :func:`.posted.over_boxes` finds by shape)."""
+        shape = (dtype, count) if count * dtype.itemsize <= self.capacity else (dtype, count, "registered")
+        return self.kept(shape, lambda: _round(self, dtype, count))
+
+
+def in_pieces(boxes, sendbuf, recvbuf, coll):
+    """A vector over one box: in pieces of a box, each a round, until every rank has said in a
+    round's header that both its vectors are registered (``whole``); then the rest in one round."""
+    registry = coll.private.resources.get("registered")
+    whole = bool(registry is not None and registry.windows and _label(registry, sendbuf) and _label(registry, recvbuf))
+    step, size, lo, everyone = boxes.capacity // sendbuf.itemsize, sendbuf.size, 0, False
+    while lo < size:
+        hi = size if everyone else min(lo + step, size)
+        everyone = boxes.round_for(sendbuf.dtype, hi - lo)(sendbuf[lo:hi], recvbuf[lo:hi], coll, whole)
+        lo = hi
+
+
+def _label(registry, vector):
+    """Where ``vector`` lies in registered memory (:func:`.transports.registered.encode`), or 0."""
+    found = registry.locate(vector.view(np.uint8))
+    return 0 if found is None else encode(*found)
+
+
+def _registered(registry, label, rank, lo, hi, dtype):
+    """Elements lo..hi of the vector at ``label`` in rank ``rank``'s registered memory."""
+    index, start = decode(label)
+    return registry.view(index, rank, start + lo * dtype.itemsize, (hi - lo) * dtype.itemsize).view(dtype)
+
+
+def _round(boxes, dtype, count):
+    """:meth:`TwoShotWindow.round_for`, its views of the boxes found once (none over one box)."""
+    n, me, copyto, may_share_memory, sync = boxes.size, boxes.me, np.copyto, np.may_share_memory, boxes.sync
+    cuts = chunk_offsets(count, n)
+    lo, hi = cuts[me], cuts[me + 1]
+    mine = slice(lo, hi)
+    boxed = count * dtype.itemsize <= boxes.capacity
+    views = boxes.typed(dtype, count) if boxed else ((None,) * n,) * 2
+    # by box: (where in this rank's box, what of the piece) for the others' slices of the piece
+    posts = tuple(tuple((views[which][me][part], part) for part in (slice(0, lo), slice(hi, count))
+                        if boxed and part.stop > part.start) for which in (0, 1))
+    reads = tuple(tuple(v[mine] if boxed else None for v in views[which]) for which in (0, 1))
+    publish = reads[0][me], reads[1][me]  # where it publishes its slice: its own box's
+    # in place, whether combining rank k (1..N-1) goes to a partial sum (its box's slice, or
+    # scratch over one box) rather than its result: until its own slice is read, as the result
+    # overwrites it; out of place, never
+    partial = tuple(k < me for k in range(1, n))
+    out_of_place = (False,) * (n - 1)
+    pulls = tuple(tuple((slice(cuts[j], cuts[j + 1]), views[which][j][cuts[j]:cuts[j + 1]] if boxed else None)
+                        for j in range(n) if j != me) for which in (0, 1))  # the others' slices in their boxes
+    headers, own, peers, calls_made = boxes.headers, boxes.mine, boxes.others, boxes.calls
+
+    def one_round(piece, out, coll, whole=False):
+        calls = calls_made[0] = calls_made[0] + 1
+        which = calls & 1
+        header, others = own[which], peers[which]
+        registry = coll.private.resources.get("registered")
+        # labels only while some vector is registered (alike on every rank: registering is collective)
+        labelled = registry is not None and registry.windows
+        source = result = 0
+        if labelled:
+            source, result = _label(registry, piece), _label(registry, out)
+            header[SOURCE], header[RESULT], header[WHOLE] = source, result, whole
+        if not source:
+            for box, part in posts[which]:
+                copyto(box, piece[part])
+        if sync is not None:
+            sync()  # the data and labels before the counter
+        header[0] = 2 * calls - 1
+        wait_all(others, 2 * calls - 1)
+        if sync is not None:
+            sync()  # the counters before the data
+        # this rank's slice of every rank's piece, reduced in rank order
+        sources = list(reads[which])
+        sources[me] = piece[mine]
+        every, everyone, boxing = headers[which], False, True
+        if labelled:
+            everyone = all(h[WHOLE] for h in every)
+            boxing = not all(h[RESULT] for j, h in enumerate(every) if j != me)  # someone's result is plain
+            for j, h in enumerate(every):
+                if h[SOURCE] and j != me:
+                    sources[j] = _registered(registry, h[SOURCE], j, lo, hi, dtype)
+        combine, result_slice = coll.combine, out[mine]
+        targets = partial if me > 1 and may_share_memory(piece, out) else out_of_place
+        scratch = publish[which] if boxed else coll.scratch(dtype, hi - lo, "twoshot")
+        acc = sources[0]
+        for source_k, early in zip(sources[1:], targets):
+            target = scratch if early else result_slice
+            combine(acc, source_k, target)
+            acc = target
+        if labelled:  # into every registered result straight from the cache
+            for j, h in enumerate(every):
+                if h[RESULT] and j != me:
+                    copyto(_registered(registry, h[RESULT], j, lo, hi, dtype), result_slice)
+        if boxing:
+            copyto(publish[which], result_slice)
+        if sync is not None:
+            sync()  # the reduced slice before the counter
+        header[0] = 2 * calls
+        wait_all(others, 2 * calls)
+        if sync is not None:
+            sync()  # the counters before the slices
+        if not result:  # a plain result: the others' slices from their boxes
+            for where, view in pulls[which]:
+                copyto(out[where], view)
+        return everyone
+    return one_round
+
+
+def schedule(model, m):
+    """On one node, ceil(M/C) rounds (C the two-shot buffer), each two phases of every rank
+    reading an M/(N ceil(M/C)) slice from every other at once, a phase starting in half a
+    message's time (a counter in shared memory, no message): 2 ceil(M/C)(alpha/2 + C/(N beta))
+    where the reads share nothing but their links, 2(N-1)/N M/beta where each rank's memory takes
+    its reads one after another; across nodes, the ring."""
+    if len(model.network.node_ranks()) > 1:
+        return ring.allreduce.schedule(model, m)
+    rounds = max(1, math.ceil(m / setting("ALLREDUCE_TWOSHOT_BYTES")))
+    return [(2 * rounds, "phase", all_to_all(model).time(m / (model.n * rounds), ROUND_MESSAGES))]
+
+
+allreduce = over_boxes("twoshot", TwoShotWindow, ring.allreduce, in_pieces)
+allreduce.schedule = schedule

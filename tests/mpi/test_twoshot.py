@@ -1,0 +1,120 @@
+"""twoshot under mpiexec, beyond what test_correctness.py checks of every algorithm: vectors of
+many pieces (4 KiB boxes), registered on some ranks and plain on others, read in place where
+registered, the sum of rounded floats in rank order on every rank, and ranks that run calls
+apart in time (the two boxes in turn)."""
+
+import time
+
+import numpy as np
+import pytest
+from conftest import numpy_reference, rank_input, wrong_elements
+
+import algorithms
+from algorithms.executor import private_comm
+
+pytestmark = pytest.mark.mpi
+
+BOX = 4096  # bytes: a float32 vector of 5000 elements goes in 5 pieces
+
+
+@pytest.fixture
+def dup(comm, monkeypatch):
+    """A communicator whose twoshot window has 4 KiB boxes (the setting is read when it is built)."""
+    monkeypatch.setenv("ALLREDUCE_TWOSHOT_BYTES", str(BOX))
+    dup = comm.Dup()
+    try:
+        yield dup
+    finally:
+        dup.Free()  # and our duplicate of it, with its windows
+
+
+def one_node(comm):
+    return private_comm(comm).resource("twoshot", algorithms.twoshot.TwoShotWindow).usable
+
+
+@pytest.mark.parametrize("count", [0, 1, 1009, 5000, 20011])
+def test_registered_on_some_ranks_and_plain_on_others(dup, count):
+    """Each rank's send and receive vectors registered or not by its own choice (every rank's
+    both, which runs all but a box in one round; every rank's send; and mixes), in place and
+    out of place, in pieces: bit for bit NumPy's reduction."""
+    rank, size = dup.Get_rank(), dup.Get_size()
+    expected = numpy_reference("float32", "sum", count, size)
+    patterns = [(True, True), (True, False), (rank % 2 == 0, rank % 3 == 0), (rank % 2 == 1, rank % 2 == 0)]
+    failures = []
+    for pattern, (send_registered, recv_registered) in enumerate(patterns):
+        send = algorithms.alloc_registered(count, "float32", dup)  # collective: every rank allocates
+        recv = algorithms.alloc_registered(count, "float32", dup)
+        try:
+            x = send if send_registered else np.empty(count, np.float32)
+            out = recv if recv_registered else np.empty(count, np.float32)
+            for in_place in (False, True):
+                x[:] = rank_input("float32", "sum", count, rank, size)
+                result = algorithms.allreduce(x, None if in_place else out, algorithm="twoshot", comm=dup)
+                if wrong_elements(result, expected):
+                    failures.append(f"pattern {pattern} ({send_registered=}, {recv_registered=}) {in_place=}")
+        finally:
+            algorithms.free_registered(recv, dup)
+            algorithms.free_registered(send, dup)
+    assert not failures, f"rank {rank}: " + "; ".join(failures)
+
+
+def test_registered_vectors_are_read_in_place(dup):
+    """A round from registered vectors leaves this rank's box as it was: the others read the
+    vector where it lies, and its reduced slice where its result lies."""
+    if dup.Get_size() < 2 or not one_node(dup):
+        pytest.skip("needs two ranks on one node")
+    rank, size, count = dup.Get_rank(), dup.Get_size(), BOX // 4
+    boxes = private_comm(dup).resources["twoshot"]
+    send = algorithms.alloc_registered(count, "float32", dup)
+    recv = algorithms.alloc_registered(count, "float32", dup)
+    try:
+        send[:] = rank_input("float32", "sum", count, rank, size)
+        for buffer in boxes.buffers[rank]:
+            buffer[:] = 77
+        algorithms.allreduce(send, recv, algorithm="twoshot", comm=dup)
+        assert wrong_elements(recv, numpy_reference("float32", "sum", count, size)) == 0
+        assert all((buffer == 77).all() for buffer in boxes.buffers[rank])
+    finally:
+        algorithms.free_registered(recv, dup)
+        algorithms.free_registered(send, dup)
+
+
+def test_rounded_sums_are_rank_order_sums_on_every_rank(dup):
+    """Random float32 over several pieces: every element is ((x0 + x1) + x2) + ... in float32, as
+    one rank reduced it, and every rank holds those bits."""
+    rank, size, count = dup.Get_rank(), dup.Get_size(), 3 * BOX // 4 + 7
+    inputs = [np.random.default_rng(r).normal(0, 1e3, count).astype(np.float32) for r in range(size)]
+    expected = inputs[0].copy()
+    for x in inputs[1:]:
+        expected += x
+    out = algorithms.allreduce(inputs[rank], np.empty(count, np.float32), algorithm="twoshot", comm=dup)
+    assert wrong_elements(out, expected) == 0
+    every = dup.allgather(out.tobytes())
+    assert all(bits == every[0] for bits in every)
+
+
+def test_ranks_apart_in_time(dup):
+    """Calls in a row, one rank late in each (a sleep before it), of one piece and of several,
+    plain and registered: the late rank reads the box its peers posted while it slept, and
+    they do not overwrite what it still reads."""
+    rank, size = dup.Get_rank(), dup.Get_size()
+    send = algorithms.alloc_registered(5000, "int32", dup)
+    recv = algorithms.alloc_registered(5000, "int32", dup)
+    failures = []
+    try:
+        for call in range(32):
+            count = (1000, 5000, 3001)[call % 3]
+            x = send[:count] if call % 4 < 2 else np.empty(count, np.int32)
+            out = recv[:count] if call % 8 in (1, 2, 5) else np.empty_like(x)
+            x[:] = rank_input("int32", "sum", count, rank, size, salt=call)
+            if call % size == rank:
+                time.sleep(0.003)
+            algorithms.allreduce(x, out, algorithm="twoshot", comm=dup)
+            out = out.copy()
+            send[:], recv[:] = -7, -7  # the caller's again once the call returns: what a late rank reads must not be
+            if wrong_elements(out, numpy_reference("int32", "sum", count, size, salt=call)):
+                failures.append(f"call {call} (n={count})")
+    finally:
+        algorithms.free_registered(recv, dup)
+        algorithms.free_registered(send, dup)
+    assert not failures, f"rank {rank}: " + "; ".join(failures)
