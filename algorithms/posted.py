@@ -66,10 +66,14 @@ def over_boxes(name, window, fallback, pieces=in_pieces):
             pieces(boxes, sendbuf, recvbuf, coll)
 
     def describe(private, transport):
-        """``transport``, and what runs instead where ``/dev/shm`` could not back the window
-        (made here, collective, as the first call would)."""
-        note = private.resource(name, window).note if private.comm.Get_size() > 1 else None
-        return f"{transport}; {name} runs {note}" if note else transport
+        """``transport``, and what runs instead where ``/dev/shm`` could not back the window, or
+        what the window's ``detail`` says it does otherwise (made here, collective, as the first
+        call would)."""
+        if private.comm.Get_size() == 1:
+            return transport
+        boxes = private.resource(name, window)
+        text = f"{transport}; {name} runs {boxes.note}" if boxes.note else transport
+        return f"{text}; {name} {boxes.detail}" if boxes.detail else text
 
     allreduce.bind = bind
     allreduce.describe = describe

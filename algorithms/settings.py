@@ -120,6 +120,8 @@ WIRE = {
     "ALLREDUCE_SHM_BY_PAGES": Choice("auto", ("auto", "0", "1")),
     "ALLREDUCE_ONESHOT_BYTES": Size(64 * KIB, lowest=64, highest=64 * MIB, multiple=64),
     "ALLREDUCE_TWOSHOT_BYTES": Size(1 * MIB, lowest=64, highest=64 * MIB, multiple=64),
+    # twoshot: a vector over one box in one round of kernel copies (auto: where the kernel allows)
+    "ALLREDUCE_KERNEL_COPY": Choice("auto", ("auto", "0")),
     # hier: the node of each rank (empty: the ranks that share memory), and what runs across nodes
     "ALLREDUCE_NODE_MAP": NodeMap(),
     "ALLREDUCE_HIER_ACROSS": Choice("ring", ("ring", "bamtree")),

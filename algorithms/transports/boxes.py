@@ -50,6 +50,7 @@ class Boxes:
         node = comm.Split_type(MPI.COMM_TYPE_SHARED)
         self.size, self.me = comm.Get_size(), comm.Get_rank()
         self.note = None  # why it runs its fallback on one node
+        self.detail = None  # what else it does otherwise than its docstring's first way here, and why
         self.rounds = {}  # shape -> the algorithm's round for pieces of that shape (kept)
         try:
             self.usable = node.Get_size() == self.size  # the same answer on every rank

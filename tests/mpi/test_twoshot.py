@@ -1,7 +1,8 @@
-"""twoshot under mpiexec, beyond what test_correctness.py checks of every algorithm: vectors of
-many pieces (4 KiB boxes), registered on some ranks and plain on others, read in place where
-registered, the sum of rounded floats in rank order on every rank, and ranks that run calls
-apart in time (the two boxes in turn)."""
+"""twoshot under mpiexec, beyond what test_correctness.py checks of every algorithm: vectors over
+one box (4 KiB boxes) both ways, in one round of kernel copies a box at a time and in many
+pieces through the boxes (ALLREDUCE_KERNEL_COPY=0), registered on some ranks and plain on
+others, read in place where registered, the sum of rounded floats in rank order on every rank,
+and ranks that run calls apart in time (the two boxes in turn)."""
 
 import time
 
@@ -17,10 +18,12 @@ pytestmark = pytest.mark.mpi
 BOX = 4096  # bytes: a float32 vector of 5000 elements goes in 5 pieces
 
 
-@pytest.fixture
-def dup(comm, monkeypatch):
-    """A communicator whose twoshot window has 4 KiB boxes (the setting is read when it is built)."""
+@pytest.fixture(params=["auto", "0"], ids=["kernel", "boxes"])
+def dup(comm, monkeypatch, request):
+    """A communicator whose twoshot window has 4 KiB boxes, vectors over one box through the
+    kernel where it allows that, or through the boxes (the settings are read when it is built)."""
     monkeypatch.setenv("ALLREDUCE_TWOSHOT_BYTES", str(BOX))
+    monkeypatch.setenv("ALLREDUCE_KERNEL_COPY", request.param)
     dup = comm.Dup()
     try:
         yield dup
@@ -77,6 +80,28 @@ def test_registered_vectors_are_read_in_place(dup):
     finally:
         algorithms.free_registered(recv, dup)
         algorithms.free_registered(send, dup)
+
+
+def test_long_plain_vectors_go_through_the_kernel(dup):
+    """Where the kernel allows copies between the ranks (and the setting is not 0), a plain
+    vector over one box leaves every box as it was: it went from memory to memory, in chunks of
+    a box; in place and out of place, bit for bit NumPy's reduction. Elsewhere ``describe`` says
+    the boxes carry it, and why."""
+    if dup.Get_size() < 2 or not one_node(dup):
+        pytest.skip("needs two ranks on one node")
+    rank, size, count = dup.Get_rank(), dup.Get_size(), 5 * BOX // 4 + 3
+    boxes = private_comm(dup).resources["twoshot"]
+    if boxes.pids is None:
+        assert "copies vectors over one box through its boxes" in algorithms.twoshot.allreduce.describe(private_comm(dup), "shm")
+        pytest.skip(boxes.detail)
+    expected = numpy_reference("float32", "sum", count, size)
+    for in_place in (False, True):
+        for buffer in boxes.buffers[rank]:
+            buffer[:] = 77
+        x = rank_input("float32", "sum", count, rank, size)
+        out = algorithms.allreduce(x, None if in_place else np.empty(count, np.float32), algorithm="twoshot", comm=dup)
+        assert wrong_elements(out, expected) == 0
+        assert all((buffer == 77).all() for buffer in boxes.buffers[rank]), f"{in_place=}"
 
 
 def test_rounded_sums_are_rank_order_sums_on_every_rank(dup):
