@@ -112,16 +112,25 @@ def bind(coll, count, dtype):
         return run_member
     isend, irecv = coll.isend, coll.irecv
 
-    def reduce_step(rounds, current, recvbuf):
-        """The k-1 rounds of one halving step, piece by piece: one bound exchange where k = 2,
-        else every receive and send posted at once and the parts reduced in round order."""
+    def exchanges(rounds, reducing):
+        """Radix 2 (one round a step): the step's exchange of each piece, bound once here."""
+        if len(rounds) > 1:
+            return None
+        outs, dest, intos, source = rounds[0]
+        return tuple(coll.exchange(dtype, out.stop - out.start, dest, into.stop - into.start, source, reducing)
+                     for out, into in zip(outs, intos))
+
+    bound = tuple((exchanges(reduce_rounds, True), exchanges(gather_rounds, False)) for reduce_rounds, gather_rounds in plan)
+
+    def reduce_step(rounds, paired, current, recvbuf):
+        """The k-1 rounds of one halving step, piece by piece: its bound exchanges (``paired``)
+        where k = 2, else every receive and send posted at once and the parts reduced in round order."""
+        if paired is not None:
+            outs, _, intos, _ = rounds[0]
+            for exchange, out, into in zip(paired, outs, intos):
+                exchange(current[out], current[into], recvbuf[into])
+            return
         for j, into in enumerate(rounds[0][2]):
-            if len(rounds) == 1:
-                outs, dest, _, source = rounds[0]
-                exchange = coll.exchange(dtype, outs[j].stop - outs[j].start, dest, into.stop - into.start,
-                                         source, True)
-                exchange(current[outs[j]], current[into], recvbuf[into])
-                continue
             incoming = [coll.scratch(dtype, into.stop - into.start, f"rabenseifner-{t}") for t in range(len(rounds))]
             receives = [irecv(buf, source) for buf, (_, _, _, source) in zip(incoming, rounds)]
             sends = [isend(current[outs[j]], dest) for outs, dest, _, _ in rounds]
@@ -133,15 +142,14 @@ def bind(coll, count, dtype):
             for request in sends:
                 request.Wait()
 
-    def gather_step(rounds, recvbuf):
+    def gather_step(rounds, paired, recvbuf):
         """The k-1 rounds of one doubling step, piece by piece, as :func:`reduce_step`."""
+        if paired is not None:
+            outs, _, intos, _ = rounds[0]
+            for exchange, out, into in zip(paired, outs, intos):
+                exchange(recvbuf[out], recvbuf[into])
+            return
         for j in range(len(rounds[0][0])):
-            if len(rounds) == 1:
-                outs, dest, intos, source = rounds[0]
-                exchange = coll.exchange(dtype, outs[j].stop - outs[j].start, dest,
-                                         intos[j].stop - intos[j].start, source)
-                exchange(recvbuf[outs[j]], recvbuf[intos[j]])
-                continue
             requests = [irecv(recvbuf[intos[j]], source) for _, _, intos, source in rounds]
             requests += [isend(recvbuf[outs[j]], dest) for outs, dest, _, _ in rounds]
             for request in requests:
@@ -153,11 +161,11 @@ def bind(coll, count, dtype):
             for lo, hi in zip(segments, segments[1:]):
                 recv_combine(current[lo:hi], member, recvbuf[lo:hi])
             current = recvbuf
-        for reduce_rounds, _ in plan:
-            reduce_step(reduce_rounds, current, recvbuf)
+        for (reduce_rounds, _), (paired, _) in zip(plan, bound):
+            reduce_step(reduce_rounds, paired, current, recvbuf)
             current = recvbuf
-        for _, gather_rounds in reversed(plan):
-            gather_step(gather_rounds, recvbuf)
+        for (_, gather_rounds), (_, paired) in zip(reversed(plan), reversed(bound)):
+            gather_step(gather_rounds, paired, recvbuf)
         for member in members:
             send(recvbuf, member)
     return run

@@ -8,6 +8,7 @@ built by that ``topology.build_tree`` method unless the caller passes one. A fun
 a ``prepare(size, tree, bandwidth, name)`` attribute checks those arguments itself, and what
 it returns, unless None, is passed on as a fourth argument (with a ``digest()`` the ranks agree on);
 its ``needs_bandwidth()``, when it has one, says whether it needs ``bandwidth=`` as things stand,
+``accepts_bandwidth`` that it uses one where given (the benchmark then passes its ``--topology``),
 and ``needs_plan`` that it never runs without what ``prepare`` returns. A ``bind(coll, count, dtype)``
 attribute returns ``run(sendbuf, recvbuf)`` for vectors of that shape with what every such call
 repeats done once; the entry point keeps one per shape and calls it on the repeats. A
@@ -21,12 +22,13 @@ one that runs another algorithm across nodes (so ``auto`` does not choose it the
 the cost model (:mod:`topology.model.model`); without one it is not modelled.
 """
 
-from . import bamring, double_tree, hier, native, oneshot, ps, rabenseifner, recursive_doubling, ring, tree, twoshot
+from . import bamring, double_tree, dring, hier, native, oneshot, ps, rabenseifner, recursive_doubling, ring, tree, twoshot
 
 ALGORITHMS = {
     "ps": ps.allreduce,
     "ring": ring.allreduce,
     "bamring": bamring.allreduce,
+    "dring": dring.allreduce,
     "tree": tree.built_by("binomial"),
     "bamtree": tree.built_by("bam"),
     "kmtree": tree.built_by("km"),

@@ -57,7 +57,7 @@ def test_sweep_every_algorithm_read_by_a_superbench_style_parser(tmp_path):
     proc, log = bench(2, "-b", "8", "-e", "64K", "-f", "8", "-n", "3", "-w", "1", "-o", "all",
                       "-d", "int32", "--algo", "all", "-J", str(out), tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert algorithms_in(proc.stdout) == ["ps", "ring", "bamring", "tree", "bamtree", "kmtree", "dbtree", "rd", "rabenseifner", "hier", "oneshot", "twoshot", "mpi", "mpi4py"]
+    assert algorithms_in(proc.stdout) == ["ps", "ring", "bamring", "dring", "tree", "bamtree", "kmtree", "dbtree", "rd", "rabenseifner", "hier", "oneshot", "twoshot", "mpi", "mpi4py"]
     assert "# Topology: probed 2 ranks in 1 rounds" in proc.stdout  # no --topology: probe first
     transports = re.findall(r"# Transport: (.+)", proc.stdout)
     assert transports == [transports[0]] * 12 + [
@@ -77,9 +77,9 @@ def test_sweep_every_algorithm_read_by_a_superbench_style_parser(tmp_path):
             assert int(r["size"]) == 4 * int(r["count"]) and r["type"] == "int32" and r["root"] == "-1"
             assert r["oop"]["#wrong"] == 0 and r["ip"]["#wrong"] == 0 and r["oop"]["time"] > 0
     document = json.loads(out.read_text())
-    assert len(document["results"]) == 280 and document["out_of_bounds"] == {"count": 0, "okay": "true"}
+    assert len(document["results"]) == 300 and document["out_of_bounds"] == {"count": 0, "okay": "true"}
     lines = [json.loads(line) for line in log.read_text().splitlines()]
-    assert len(lines) == 280 and {l["algorithm"] for l in lines} == {"ps", "ring", "bamring", "tree", "bamtree", "kmtree", "dbtree", "rd", "rabenseifner", "hier", "oneshot", "twoshot", "mpi", "mpi4py"}
+    assert len(lines) == 300 and {l["algorithm"] for l in lines} == {"ps", "ring", "bamring", "dring", "tree", "bamtree", "kmtree", "dbtree", "rd", "rabenseifner", "hier", "oneshot", "twoshot", "mpi", "mpi4py"}
     assert all(l["malloc"] == "glibc defaults" for l in lines)
     assert all(l["ranks"] == 2 and l["mpi"].startswith("MPICH") and l["commit"] for l in lines)
 
@@ -133,7 +133,7 @@ def test_matched_trees_from_a_probe(tmp_path):
     proc, _ = bench(3, "-b", "1K", "-e", "64K", "-f", "8", "-n", "2", "-w", "1", "--algo", "all",
                     "--topology", str(topo), tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert algorithms_in(proc.stdout) == ["ps", "ring", "bamring", "tree", "bamtree", "kmtree", "dbtree", "rd", "rabenseifner", "hier", "oneshot", "twoshot", "mpi", "mpi4py"]
+    assert algorithms_in(proc.stdout) == ["ps", "ring", "bamring", "dring", "tree", "bamtree", "kmtree", "dbtree", "rd", "rabenseifner", "hier", "oneshot", "twoshot", "mpi", "mpi4py"]
     assert all(t["oob"] == 0 and len(t["rows"]) == 3 for t in superbench_parse(proc.stdout))
 
 
@@ -193,7 +193,7 @@ BAD = [
     (["-b", "12Q"], "argument -b/--minbytes: not a size: '12Q' (use e.g. 8, 64K, 128M, 1G)"),
     (["-b", "1M", "-e", "1K"], "max bytes 1024 is below min bytes 1048576"),
     (["-b", "6", "-e", "6", "-d", "float"], "size 6 is not a multiple of 4 bytes (float32)"),
-    (["--algo", "ring,butterfly"], "unknown --algo butterfly for allreduce; choices: ps,ring,bamring,tree,bamtree,kmtree,dbtree,rd,rabenseifner,hier,oneshot,twoshot,native,auto,mpi,"
+    (["--algo", "ring,butterfly"], "unknown --algo butterfly for allreduce; choices: ps,ring,bamring,dring,tree,bamtree,kmtree,dbtree,rd,rabenseifner,hier,oneshot,twoshot,native,auto,mpi,"
      "mpi:recursive_doubling,mpi:recursive_multiplying,mpi:reduce_scatter_allgather,mpi:tree,mpi:recexch,mpi:ring,"
      "mpi:k_reduce_scatter_allgather,mpi4py,nccl,nccl:ALGO/PROTO,gloo,all"),
     (["--algo", "nccl"], "--algo nccl needs --device gpu"),
@@ -397,7 +397,7 @@ def test_gpu_check_script_on_numpy_buffers(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads((tmp_path / "gpu-host.json").read_text())
     assert data["total_wrong"] == 0 and [p["ranks"] for p in data["parts"]] == [2, 3]
-    algos = {"ps", "ring", "bamring", "tree", "bamtree", "kmtree", "dbtree", "rd", "rabenseifner", "hier", "oneshot", "twoshot"}
+    algos = {"ps", "ring", "bamring", "dring", "tree", "bamtree", "kmtree", "dbtree", "rd", "rabenseifner", "hier", "oneshot", "twoshot"}
     for part in data["parts"]:
         assert [r["transport"] for r in part["runs"]] == ["shm", "staged", "direct"]
         for run in part["runs"]:

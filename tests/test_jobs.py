@@ -52,7 +52,7 @@ def test_workstation_run_leaves_a_complete_results_folder(tmp_path):
                  "compare.txt", "model.txt", "busbw.png"):
         assert (out / name).stat().st_size > 0, name
     rows = rows_of(out / "sweep.jsonl")
-    assert {r["algorithm"] for r in rows} == {"ps", "ring", "bamring", "tree", "bamtree", "kmtree", "dbtree", "rd", "rabenseifner", "hier", "oneshot", "twoshot", "mpi", "mpi4py"}
+    assert {r["algorithm"] for r in rows} == {"ps", "ring", "bamring", "dring", "tree", "bamtree", "kmtree", "dbtree", "rd", "rabenseifner", "hier", "oneshot", "twoshot", "mpi", "mpi4py"}
     assert all(r["out_of_place"]["nwrong"] == 0 and r["in_place"]["nwrong"] == 0 for r in rows)
     assert "superbench_8xA100_allreduce" in (out / "compare.txt").read_text()
 
@@ -107,7 +107,7 @@ def test_full_pipeline_job(slurm, tmp_path):
     for name in ("topology.json", "tree-bam.txt", "sweep.json", "model.txt", "compare.txt", "busbw.png"):
         assert (results / name).stat().st_size > 0, name
     rows = rows_of(results / "sweep.jsonl")
-    assert {r["algorithm"] for r in rows} == {"ps", "ring", "bamring", "tree", "bamtree", "kmtree", "dbtree", "rd", "rabenseifner", "hier", "oneshot", "twoshot", "mpi", "mpi4py"}
+    assert {r["algorithm"] for r in rows} == {"ps", "ring", "bamring", "dring", "tree", "bamtree", "kmtree", "dbtree", "rd", "rabenseifner", "hier", "oneshot", "twoshot", "mpi", "mpi4py"}
     assert all(r["out_of_place"]["nwrong"] == 0 for r in rows)
     assert json.loads((results / "topology.json").read_text())["ranks"] == 2
 

@@ -120,7 +120,7 @@ def test_the_small_lab_finds_the_links_and_the_matched_tree_wins(tmp_path):
     errors = [abs(link["error"]) for link in record["links"]]
     assert len(errors) == 12 and max(errors) <= 0.10, record["links"]
     runs = {r["algorithm"]: r for r in record["runs"]}
-    assert set(runs) == {"bamtree", "kmtree", "tree", "ring", "bamring", "ps"}
+    assert set(runs) == {"bamtree", "kmtree", "tree", "ring", "bamring", "dring", "ps"}
     assert all(r["wrong"] == 0 for r in runs.values())
     # No other cycle has a faster slowest link here; its links are symmetric, so the probe's noise
     # alone picks the direction.

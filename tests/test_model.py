@@ -211,7 +211,7 @@ def test_rabenseifner_with_a_radix(monkeypatch, k, n):
 @pytest.mark.parametrize("n", RANKS)
 def test_the_uniform_network_agrees_with_the_matrix(models, n):
     full, light = models[n]
-    for algorithm in ("ps", "ring", "bamring", "tree", "bamtree", "kmtree", "dbtree", "rd", "rabenseifner", "hier"):
+    for algorithm in ("ps", "ring", "bamring", "dring", "tree", "bamtree", "kmtree", "dbtree", "rd", "rabenseifner", "hier"):
         for m in SIZES:
             assert light.time(algorithm, m) == pytest.approx(full.time(algorithm, m), rel=1e-12)
             assert str(light.limit(algorithm, m)) == str(full.limit(algorithm, m))
@@ -328,7 +328,7 @@ def test_version_1_files_and_matrices_without_nodes(tmp_path):
     loaded = BandwidthMatrix.load(path)
     assert loaded.nodes == list(range(6)) and loaded.ports is None
     model, direct = cost_model(loaded), cost_model(het)
-    for algorithm in ("ps", "ring", "bamring", "tree", "bamtree", "kmtree", "dbtree", "rd", "hier"):
+    for algorithm in ("ps", "ring", "bamring", "dring", "tree", "bamtree", "kmtree", "dbtree", "rd", "hier"):
         assert model.time(algorithm, 1 << 24) == pytest.approx(direct.time(algorithm, 1 << 24))
     b = np.array([[0, 4, 6], [4, 0, 1], [6, 1, 0]], dtype=float)
     p = phase(matrix(b), [1, 2], [0, 0])  # rank 0's ingress port: 6 GB/s, its fastest link in

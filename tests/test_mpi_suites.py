@@ -99,6 +99,13 @@ def test_twoshot_suite(ranks, tmp_path):
     run_suite(ranks, "tests/mpi/test_twoshot.py", tmp_path, timeout=120)
 
 
+@pytest.mark.parametrize("ranks", [3, 5])
+def test_dring_suite(ranks, tmp_path):
+    """dring in the ranks' own order (on 1-2 ranks it is the ring; the correctness suite runs it
+    in a matrix's order at every rank count)."""
+    run_suite(ranks, "tests/mpi/test_dring.py", tmp_path, timeout=120)
+
+
 def _gpus():
     try:
         import cupy

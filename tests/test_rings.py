@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from topology import BandwidthMatrix
+from topology import BandwidthMatrix, uniform
 from topology.rings import EXACT_RANKS, bottleneck_ring, ring_bottleneck
 
 
@@ -120,3 +120,51 @@ def test_bamring_is_modelled_as_the_ring_on_its_slowest_link():
     assert ring.bottleneck_GBps == 10.0 and ring_bottleneck(w, range(n)) == 0.5
     assert model.time("bamring", m) == pytest.approx(2 * (n - 1) * m / n / 10e9, rel=1e-9)
     assert model.time("ring", m) == pytest.approx(2 * (n - 1) * m / n / 0.5e9, rel=1e-9)
+
+
+def test_dring_halves_the_rings_bandwidth_term_on_full_duplex_links():
+    """bench model, uniform links of their own per pair, each direction its own capacity and no
+    port in between (ports="file"): the double ring's 2(N-1) steps move M/(2N) each way,
+    2(N-1)(alpha + M/(2N beta)), where the ring's move M/N one way, 2(N-1)(alpha + M/(N beta))."""
+    from algorithms.costs import cost_model
+
+    alpha, beta, m = 5e-6, 10e9, 64e6
+    for n in (3, 4, 5, 8):
+        model = cost_model(uniform(n, beta / 1e9, alpha * 1e6), ports="file")
+        assert model.time("dring", m) == pytest.approx(2 * (n - 1) * (alpha + m / (2 * n) / beta), rel=1e-9)
+        assert model.time("ring", m) == pytest.approx(2 * (n - 1) * (alpha + m / n / beta), rel=1e-9)
+        assert str(model.limit("dring", m)) == "link"
+
+
+def test_dring_gains_nothing_where_a_port_carries_both_rings():
+    """Each rank's port as fast as one link (the model's default without measured ports), or
+    nodes whose NIC every transfer crosses: both rings share it, and the double ring takes the
+    ring's time; on 2 ranks it is the ring."""
+    from algorithms.costs import cost_model
+    from topology import two_level
+
+    m = 64e6
+    for matrix in (uniform(5, 10.0, 0.0), two_level(4, 1, inter=10.0, inter_latency=0.0), uniform(2, 10.0, 0.0)):
+        model = cost_model(matrix)
+        assert model.time("dring", m) == pytest.approx(model.time("ring", m), rel=1e-9)
+
+
+def test_dring_takes_the_ring_whose_slower_directions_are_fastest():
+    """One direction of a link slow (3 -> 2): the ring may use its fast direction (2 -> 3), the
+    double ring, which uses both, must avoid the pair. Its order is the bottleneck ring over
+    min(B, B^T), and the model times it on fast links only."""
+    from algorithms import dring
+    from algorithms.costs import cost_model
+
+    n, m = 6, 64e6
+    w = np.full((n, n), 10.0)
+    w[3, 2] = 0.5
+    np.fill_diagonal(w, 0.0)
+    matrix = BandwidthMatrix(w, np.zeros((n, n)))
+    order = dring.prepare(n, bandwidth=matrix).order
+    pairs = {frozenset(p) for p in zip(order, order[1:] + order[:1])}
+    assert frozenset((2, 3)) not in pairs and sorted(order) == list(range(n))
+    assert ring_bottleneck(np.minimum(w, w.T), order) == 10.0
+    model = cost_model(matrix, ports="file")
+    assert model.time("dring", m) == pytest.approx(2 * (n - 1) * m / (2 * n) / 10e9, rel=1e-9)
+    assert model.time("ring", m) == pytest.approx(2 * (n - 1) * m / n / 10e9, rel=1e-9)  # 2 -> 3 only

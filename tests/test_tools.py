@@ -12,8 +12,8 @@ import pytest
 from conftest import ROOT, run_mpi
 
 VENDOR = ROOT / "tests" / "data" / "nccl-tests" / "superbench_8xA100_allreduce.log"
-MODELLED = ["ps", "ring", "bamring", "tree", "bamtree", "kmtree", "dbtree", "rd", "rabenseifner", "hier", "oneshot", "twoshot"]  # bench model's default --algo
-ALGORITHMS = ["ps", "ring", "bamring", "tree", "bamtree", "kmtree", "dbtree", "rd", "rabenseifner", "hier", "oneshot", "twoshot", "mpi", "mpi4py"]
+MODELLED = ["ps", "ring", "bamring", "dring", "tree", "bamtree", "kmtree", "dbtree", "rd", "rabenseifner", "hier", "oneshot", "twoshot"]  # bench model's default --algo
+ALGORITHMS = ["ps", "ring", "bamring", "dring", "tree", "bamtree", "kmtree", "dbtree", "rd", "rabenseifner", "hier", "oneshot", "twoshot", "mpi", "mpi4py"]
 HELP_FILES = ["bench/tools/compare.py", "bench/tools/model.py", "bench/tools/plot.py", "bench/tools/scaling.py",
               "bench/tools/bound.py", "bench/tools/perf.py", "bench/tools/treebuild.py", "bench/lab/__main__.py",
               "bench/tools/gpu_check.py", "bench/tools/tune.py", "bench/tools/mpi_tuning.py",

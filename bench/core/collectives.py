@@ -206,8 +206,10 @@ def needs_topology(name):
 
 def our_runner(spec, name, comm, op, topology=None):
     """``run(send, recv, check=False) -> result`` for our algorithm ``name`` of collective ``spec``;
-    the tree algorithms' trees built from ``topology`` (or binomial) once, here."""
+    the tree algorithms' trees built from ``topology`` (or binomial) once, here; the others that
+    need or accept a bandwidth matrix given ``topology``."""
     method = getattr(algorithms.ALGORITHMS.get(name), "tree_method", None)
     if method:
         return spec.run_ours(name, comm, op, tree=tree_for(method, comm.size, bandwidth=topology, name=name))
-    return spec.run_ours(name, comm, op, bandwidth=topology if needs_topology(name) else None)
+    uses = needs_topology(name) or getattr(algorithms.ALGORITHMS.get(name), "accepts_bandwidth", False)
+    return spec.run_ours(name, comm, op, bandwidth=topology if uses else None)

@@ -46,7 +46,7 @@ PROBE_REPS, PROBE_WARMUP = 5, 1
 PROBE_TOLERANCE = 0.10
 ITERS, WARMUP = 3, 1  # bench -n, -w
 MODEL_TOLERANCE = 0.20
-PAIR_ALGOS = ("bamtree", "kmtree", "tree", "ring", "bamring", "ps")
+PAIR_ALGOS = ("bamtree", "kmtree", "tree", "ring", "bamring", "dring", "ps")
 NODE_ALGOS = ("hier", "ring", "bamring", "tree", "dbtree", "bamtree", "kmtree", "ps")
 HALVING = ("rabenseifner", "rd")  # beside the ring at 8 ranks: log2 N steps against 2(N-1)
 HIER_BAM = "hier-bamtree"  # hier with its all-reduce across the nodes on the BAM tree of the node matrix
@@ -84,7 +84,7 @@ def shapes():
                          algos=("hier", "ring", "tree", "ps")),
         "nodes": dict(description=f"4 nodes x 2 ranks, every NIC and link {NIC_MBIT:g} Mbit/s",
                       rates=_full(4, NIC_MBIT), ranks_per_node=2, nic_mbit=NIC_MBIT,
-                      sizes=[8 * MIB], algos=NODE_ALGOS + HALVING, mpich=True),
+                      sizes=[8 * MIB], algos=NODE_ALGOS + HALVING + ("dring",), mpich=True),
         "racks": dict(description=f"2 racks of 2 nodes x 2 ranks, NICs {NIC_MBIT:g} Mbit/s, "
                                   f"each rack's uplink {NIC_MBIT:g} Mbit/s (2:1)",
                       rates=_full(4, NIC_MBIT), ranks_per_node=2, nic_mbit=NIC_MBIT, racks=[0, 0, 1, 1],
@@ -326,6 +326,8 @@ def targets(shape, record):
                                "measured": f"{rival} {ours['time_us'] / 1e3:.0f} ms, ring {ring['time_us'] / 1e3:.0f} "
                                            f"ms (model {ours['predicted_us'] / 1e3:.0f}, {ring['predicted_us'] / 1e3:.0f})",
                                "holds": ours["time_us"] < ring["time_us"]})
+        if ("dring", size) in by and ("ring", size) in by:
+            checks.append(dring_check(shape, by[("dring", size)], by[("ring", size)], label))
         if shape.get("ranks_per_node", 1) > 1 and "degraded_nic" not in shape and ("hier", size) in by:
             hier, ring = by[("hier", size)], by[("ring", size)]
             measured, modelled = ring["time_us"] / hier["time_us"], ring["predicted_us"] / hier["predicted_us"]
@@ -345,6 +347,20 @@ def targets(shape, record):
     checks.append({"target": "every result correct (#wrong 0)", "measured": str(sum(r["wrong"] for r in runs)),
                    "holds": all(r["wrong"] == 0 for r in runs)})
     return [{**c, "holds": bool(c["holds"])} for c in checks]
+
+
+def dring_check(shape, dring, ring, label):
+    """The double ring against the ring: on links of their own per pair, each direction its own
+    capacity, at least 1.7x its busbw (the model's 2x less the steps' start-ups); where every
+    transfer crosses a node's NIC, which both rings share, within 10% of it."""
+    ratio = dring["busbw_GBps"] / ring["busbw_GBps"]
+    measured = (f"dring {dring['busbw_GBps'] * 1e3:.1f} MB/s, ring {ring['busbw_GBps'] * 1e3:.1f}: {ratio:.2f}x "
+                f"(model {ring['predicted_us'] / dring['predicted_us']:.2f}x)")
+    if shape.get("nic_mbit") is None:
+        return {"target": f"dring at least 1.7x the ring's busbw at {label} (links of their own per pair)",
+                "measured": measured, "holds": ratio >= 1.7}
+    return {"target": f"dring within 10% of the ring at {label} (both rings share each node's NIC)",
+            "measured": measured, "holds": abs(ratio - 1) <= 0.10}
 
 
 def degraded_checks(node, record, by, sizes):

@@ -96,10 +96,10 @@ def counts_for(size, large=True):
 
 
 def options(algorithm, size):
-    """Extra keyword arguments an algorithm needs: a bandwidth matrix for the matched trees and
-    bamring (random and heterogeneous, so their trees differ from the binomial one and the
-    ring's order from the ranks')."""
-    if algorithms.needs_bandwidth(algorithm):
+    """Extra keyword arguments an algorithm needs or takes: a bandwidth matrix for the matched
+    trees, bamring and dring (random and heterogeneous, so their trees differ from the binomial
+    one and the rings' order from the ranks'; dring in the ranks' order: tests/mpi/test_dring.py)."""
+    if algorithms.needs_bandwidth(algorithm) or getattr(algorithms.ALGORITHMS.get(algorithm), "accepts_bandwidth", False):
         return {"bandwidth": random_heterogeneous(size, seed=size).bandwidth}
     return {}
 
