@@ -113,7 +113,7 @@ def allreduce(coll, sendbuf, recvbuf, order=None):
         _run(coll, sendbuf, recvbuf, ranks)
 
 
-def _order(model):
+def model_order(model):
     """The model's order: the bottleneck ring over both directions, or the ranks' own on uniform links."""
     if not model.network.has_matrix:
         return np.arange(model.n)
@@ -127,7 +127,7 @@ def schedule(model, m):
     2(N-1)(alpha + M/(2N beta)) on uniform per-pair links; on 2 ranks the ring's."""
     if model.n <= 2:
         return ring.allreduce.schedule(model, m)
-    order = _order(model)
+    order = model_order(model)
     after = np.roll(order, -1)
     pairs = model.phase(("dring", order.tobytes()), lambda: (np.concatenate([order, after]),
                                                              np.concatenate([after, order])))

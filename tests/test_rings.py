@@ -168,3 +168,26 @@ def test_dring_takes_the_ring_whose_slower_directions_are_fastest():
     model = cost_model(matrix, ports="file")
     assert model.time("dring", m) == pytest.approx(2 * (n - 1) * m / (2 * n) / 10e9, rel=1e-9)
     assert model.time("ring", m) == pytest.approx(2 * (n - 1) * m / n / 10e9, rel=1e-9)  # 2 -> 3 only
+
+
+def test_bench_model_names_the_double_rings_order(tmp_path):
+    """bench model prints dring's order and its slowest link in the slower direction: on links
+    fast only between ranks two apart (0 2 4 1 3 is the only fast ring of 5), that ring at 8 GB/s."""
+    import json
+    import subprocess
+    import sys
+
+    n = 5
+    w = np.full((n, n), 0.5)
+    for r in range(n):
+        w[r, (r + 2) % n] = w[(r + 2) % n, r] = 8.0
+    np.fill_diagonal(w, 0.0)
+    path = tmp_path / "links.json"
+    path.write_text(json.dumps(BandwidthMatrix(w, np.ones((n, n))).to_json()))
+    proc = subprocess.run([sys.executable, "-m", "bench", "model", "--topology", str(path), "-b", "1M", "-e", "1M",
+                           "--algo", "ring,dring"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    line = next(l for l in proc.stdout.splitlines() if l.startswith("# dring:"))
+    order = [int(r) for r in line.split("order ")[1].split(" both")[0].split()]
+    assert sorted(order) == list(range(n)) and all((b - a) % n in (2, n - 2) for a, b in zip(order, order[1:] + order[:1]))
+    assert line.endswith("slowest link (the slower direction) 8.00 GB/s"), line

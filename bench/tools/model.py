@@ -32,6 +32,8 @@ import re
 import sys
 import textwrap
 
+import numpy as np
+
 import algorithms
 from algorithms.costs import SCHEDULES, cost_model
 from topology import BandwidthMatrix
@@ -163,6 +165,13 @@ def notes(model, algos, largest=None):
             where = f"order {shown} (the ranks' own order: slowest link {significant(plain)} GB/s)"
         lines.append(f"bamring: {where}, slowest link {significant(found.bottleneck_GBps)} GB/s"
                      + ("" if found.exact else f", {found.gap:.1%} below the bound {significant(found.bound_GBps)}"))
+    if "dring" in algos and model.network.has_matrix and model.n > 2:
+        order = [int(r) for r in algorithms.dring.model_order(model)]
+        both = np.minimum(model.matrix.bandwidth, model.matrix.bandwidth.T)
+        where = "the ranks' own order" if order == list(range(model.n)) else \
+            "order " + " ".join(map(str, order[:16])) + (f" ... ({model.n} ranks)" if model.n > 16 else "")
+        lines.append(f"dring: {where} both ways, slowest link (the slower direction) "
+                     f"{significant(ring_bottleneck(both, order))} GB/s")
     for a in algos:
         method = tree_method(a)
         if method:
