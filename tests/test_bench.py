@@ -60,7 +60,7 @@ def test_sweep_every_algorithm_read_by_a_superbench_style_parser(tmp_path):
     assert algorithms_in(proc.stdout) == ["ps", "ring", "bamring", "dring", "tree", "bamtree", "kmtree", "dbtree", "rd", "rabenseifner", "hier", "oneshot", "twoshot", "mpi", "mpi4py"]
     assert "# Topology: probed 2 ranks in 1 rounds" in proc.stdout  # no --topology: probe first
     transports = re.findall(r"# Transport: (.+)", proc.stdout)
-    assert transports == [transports[0]] * 12 + [
+    assert transports == [transports[0]] * 13 + [
         "the MPI library's own collective, timed in a compiled loop (avg: MPI_SUM calls, divided by the rank count "
         "once after them)",
         "the MPI library's own collective, called through mpi4py (avg: MPI_SUM, divided by the rank count after "
@@ -68,7 +68,7 @@ def test_sweep_every_algorithm_read_by_a_superbench_style_parser(tmp_path):
     assert transports[0].startswith("shared-memory within a node; MPI between nodes")
     assert len(list(tmp_path.glob("probe-*-2r.json"))) == 1
     tables = superbench_parse(proc.stdout)
-    assert len(tables) == 14
+    assert len(tables) == 15
     for table in tables:
         assert table["oob"] == 0 and len(table["rows"]) == 5 * 4  # 5 sizes x 4 ops (no avg for ints)
         busbw = [r["oop"]["busbw"] for r in table["rows"]] + [r["ip"]["busbw"] for r in table["rows"]]
@@ -340,8 +340,9 @@ def test_perf_benchmark_writes_every_target(tmp_path):
                       parse_constant=lambda name: pytest.fail(f"perf.json holds {name}, which is not JSON"))
     assert [r["bytes"] for r in data["rows"]] == [8, 32768, 65536]
     for row in data["rows"]:
-        for name in ("native", "mpi", "ring", "tree", "dbtree", "ps", "rd", "rabenseifner", "oneshot", "auto", "ring_checked",
-                     "ring_reg", "tree_reg", "dbtree_reg", "ring_reg_inplace", "native_4kpages", "ring_4kpages"):
+        for name in ("native", "mpi", "ring", "dring", "tree", "dbtree", "ps", "rd", "rabenseifner", "oneshot", "twoshot", "auto",
+                     "ring_checked", "ring_reg", "tree_reg", "dbtree_reg", "twoshot_reg", "ring_reg_inplace", "native_4kpages",
+                     "ring_4kpages"):
             assert row[f"{name}_s"] > 0, (name, row)
         assert row["copy_GBps"] > 0 and row["copy_all_ranks_GBps"] > 0
         assert row["auto_ran"] in algorithms.auto.candidates()
@@ -352,7 +353,8 @@ def test_perf_benchmark_writes_every_target(tmp_path):
         for key in ("native_s", "ring_s", "ring_reg_inplace_s", "copy_GBps"):
             assert row[key] == sorted(run["rows"][i][key] for run in data["runs"])[1], (key, row)
     targets = {t["target"]: t for t in data["targets"]}
-    assert len(targets) == 17
+    assert len(targets) == 20
+    assert targets["twoshot busbw >= 1.0x ring on registered vectors, 1..256 MiB"]["holds"] is False  # none in range
     assert targets["ring busbw >= 1.0x the MPI library timed in C, 256 KiB..256 MiB"]["holds"] is False  # none in range
     for algo, exchanges in (("rd", 1), ("ring", 2)):  # the cost over the bare exchanges, worked out here
         cost = sorted((run["rows"][0][f"{algo}_s"] - exchanges * run["rows"][0]["sendrecv_s"]) * 1e6

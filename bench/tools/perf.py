@@ -3,7 +3,7 @@
 For each size: native ``MPI_Allreduce`` called through mpi4py, as our calls are made (the
 sweep's ``mpi4py`` baseline; its ``mpi`` times the library in a compiled loop, without Python's
 cost of a call), and each of our algorithms (``check=False``;
-the agreement check's extra cost is reported beside; ring and trees also on registered
+the agreement check's extra cost is reported beside; ring, trees and twoshot also on registered
 vectors, ``algorithms.alloc_registered``), repeated ``--repeats`` times, median kept,
 and the whole sweep run ``--runs`` times, the median of the sweeps kept; busbw, the
 ratio to native, and a single-process ``numpy.copyto`` of the same size (the physical
@@ -50,7 +50,7 @@ from ..core.timing import iterations_for, timed
 
 #: ours: auto's candidates from the registry (native MPI through our entry point is the baseline's row), and auto
 ALGOS = (*(a for a in algorithms.auto.candidates() if a != "native"), "auto")
-REGISTERED = ("ring", "tree", "dbtree")  # also timed on vectors from algorithms.alloc_registered, as "<algo>_reg"
+REGISTERED = ("ring", "tree", "dbtree", "twoshot")  # also timed on vectors from algorithms.alloc_registered, as "<algo>_reg"
 IN_PLACE = "ring_reg_inplace"  # and the ring in place on one, as nccl-tests' in-place columns
 SMALL_PAGES = ("native", "ring")  # also timed on plain vectors held in 4 KiB pages, as "<name>_4kpages"
 MIB = 1 << 20
@@ -358,6 +358,11 @@ def targets(data, sweeps=None):
                 "dbtree_busbw", "ring_busbw", 0.8)
     ratio_check("double binary tree busbw >= 0.8x ring at 64 MiB on registered vectors", 64 << 20, 64 << 20,
                 "dbtree_reg_busbw", "ring_reg_busbw", 0.8)
+    ratio_check("twoshot busbw >= 1.0x oneshot, 256 KiB..256 MiB", 256 << 10, 256 << 20, "twoshot_busbw",
+                "oneshot_busbw", 1.0)
+    ratio_check("twoshot busbw >= 1.0x ring, 1..256 MiB", 1 << 20, 256 << 20, "twoshot_busbw", "ring_busbw", 1.0)
+    ratio_check("twoshot busbw >= 1.0x ring on registered vectors, 1..256 MiB", 1 << 20, 256 << 20,
+                "twoshot_reg_busbw", "ring_reg_busbw", 1.0)
     grown = max(a["retained"] for a in data["steady_state_python_bytes"].values())
     transient = max(a["transient_peak"] for a in data["steady_state_python_bytes"].values())
     checks.append({"target": "no steady-state allocation (bytes retained; transient peak < 16 KiB)",

@@ -81,7 +81,7 @@ def test_unknown_op_lists_choices(comm):
 
 
 def test_unknown_algorithm_lists_choices(comm):
-    raises_everywhere(comm, ValueError, r"unknown algorithm 'butterfly'; choices: ps, ring, bamring, tree, bamtree, kmtree, dbtree, rd, rabenseifner, hier, oneshot, twoshot, native, auto \(on rank",
+    raises_everywhere(comm, ValueError, r"unknown algorithm 'butterfly'; choices: ps, ring, bamring, dring, tree, bamtree, kmtree, dbtree, rd, rabenseifner, hier, oneshot, twoshot, native, auto \(on rank",
                       lambda: algorithms.allreduce(x32(), algorithm="butterfly"))
 
 
