@@ -17,8 +17,9 @@ each rank posts where its vectors lie and reads its slice of the others' pieces 
 their memory, a box's worth at a time, through the kernel (``process_vm_readv``,
 :mod:`.transports.kernel_copy`), reduces it and writes the sum into every other rank's result
 the same way (``process_vm_writev``): one kernel copy each way, as the ring's large messages.
-On 2 ranks of a 2-vCPU VM, plain vectors: 5.3-7.4 GB/s busbw from 2 to 64 MiB against the
-ring's 1.6-5.6 in the same runs; through the boxes 1.6-2.7 in those runs (5-6 in others).
+On 2 ranks of a 2-vCPU VM (bench perf): 0.96-1.18x the ring's busbw from 1 to 256 MiB on
+plain vectors and 1.08x or more on registered ones, where through the boxes it ran 0.77-0.85x
+the ring's at 32-64 MiB.
 Where the kernel refuses such copies (containers' seccomp, Yama's ptrace_scope; probed once
 between every pair) or ``ALLREDUCE_KERNEL_COPY=0``, such a vector goes through the boxes in
 pieces, each a round.
