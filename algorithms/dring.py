@@ -113,12 +113,12 @@ def allreduce(coll, sendbuf, recvbuf, order=None):
         _run(coll, sendbuf, recvbuf, ranks)
 
 
-def model_order(model):
-    """The model's order: the bottleneck ring over both directions, or the ranks' own on uniform links."""
+def model_ring(model):
+    """The model's bottleneck ring over both directions of each link (a
+    :class:`topology.rings.Ring`), or None on uniform links, where the ranks' own order is run."""
     if not model.network.has_matrix:
-        return np.arange(model.n)
-    found = model.kept("dring", lambda: bottleneck_ring(_both_ways(model.matrix)))
-    return np.asarray(found.order, dtype=np.int64)
+        return None
+    return model.kept("dring", lambda: bottleneck_ring(_both_ways(model.matrix)))
 
 
 def schedule(model, m):
@@ -127,7 +127,8 @@ def schedule(model, m):
     2(N-1)(alpha + M/(2N beta)) on uniform per-pair links; on 2 ranks the ring's."""
     if model.n <= 2:
         return ring.allreduce.schedule(model, m)
-    order = model_order(model)
+    found = model_ring(model)
+    order = np.arange(model.n) if found is None else np.asarray(found.order, dtype=np.int64)
     after = np.roll(order, -1)
     pairs = model.phase(("dring", order.tobytes()), lambda: (np.concatenate([order, after]),
                                                              np.concatenate([after, order])))

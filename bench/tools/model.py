@@ -32,8 +32,6 @@ import re
 import sys
 import textwrap
 
-import numpy as np
-
 import algorithms
 from algorithms.costs import SCHEDULES, cost_model
 from topology import BandwidthMatrix
@@ -166,12 +164,12 @@ def notes(model, algos, largest=None):
         lines.append(f"bamring: {where}, slowest link {significant(found.bottleneck_GBps)} GB/s"
                      + ("" if found.exact else f", {found.gap:.1%} below the bound {significant(found.bound_GBps)}"))
     if "dring" in algos and model.network.has_matrix and model.n > 2:
-        order = [int(r) for r in algorithms.dring.model_order(model)]
-        both = np.minimum(model.matrix.bandwidth, model.matrix.bandwidth.T)
+        found = algorithms.dring.model_ring(model)
+        order = [int(r) for r in found.order]
         where = "the ranks' own order" if order == list(range(model.n)) else \
             "order " + " ".join(map(str, order[:16])) + (f" ... ({model.n} ranks)" if model.n > 16 else "")
         lines.append(f"dring: {where} both ways, slowest link (the slower direction) "
-                     f"{significant(ring_bottleneck(both, order))} GB/s")
+                     f"{significant(found.bottleneck_GBps)} GB/s")
     for a in algos:
         method = tree_method(a)
         if method:
