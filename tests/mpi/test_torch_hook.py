@@ -12,6 +12,7 @@ ranks); 1e-6 bounds it. bf16 keeps 8 significant bits, so one gradient rounded t
 updated parameter one unit in its last place (2^-8 of it) the other way: 2^-6, four such
 units, bounds it."""
 
+import os
 import time
 
 import numpy as np
@@ -186,7 +187,9 @@ def test_the_hook_costs_little_over_a_bare_all_reduce():
     """The hook's own work per bucket (the Future, the record; the view is kept) on a one-rank
     communicator, where nothing moves: the hook against algorithms.allreduce of the same 256 KiB
     vector, the least of 5 rounds of 2000 calls each. About 5 us (1-2% of a 1-32 MiB bucket's
-    all-reduce on 2 ranks of one node); 25 us bounds it."""
+    all-reduce on 2 ranks of one node); 25 us bounds it where the job's ranks have a core each (with
+    more ranks than cores, as every rank runs this at once, the rounds are time-sliced: a functional
+    check only, as the suite's other oversubscribed runs)."""
     tensor = torch.zeros(1 << 16)
     view = art.as_numpy(tensor)
     state = art.HookState(algorithm="ring", comm=MPI.COMM_SELF)
@@ -209,7 +212,8 @@ def test_the_hook_costs_little_over_a_bare_all_reduce():
         return best
     hook = least(lambda: art.allreduce_hook(state, bucket).wait())
     bare = least(lambda: algorithms.allreduce(view, view, op="avg", algorithm="ring", comm=MPI.COMM_SELF))
-    assert hook - bare < 25e-6, (hook, bare)
+    if MPI.COMM_WORLD.Get_size() <= (os.cpu_count() or 1):
+        assert hook - bare < 25e-6, (hook, bare)
     assert len(state.take()) == 10000
     kept = state.view_of(bucket)[1]  # one view per bucket, kept while DDP hands over the same memory
     assert kept is state.view_of(bucket)[1] and kept.ctypes.data == tensor.data_ptr()
