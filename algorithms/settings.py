@@ -14,6 +14,7 @@ Sizes have lower bounds that keep a call's message count sane: pipeline segments
 at most 64 MiB (the node's window holds 4 slots per pair of ranks).
 """
 
+import importlib.util
 import os
 from dataclasses import dataclass
 
@@ -75,6 +76,20 @@ class Choice:
 
 
 @dataclass(frozen=True)
+class Kernel(Choice):
+    """A :class:`Choice` of kernel; a value that is also a key of ``needs`` needs that package
+    installed (found, not imported)."""
+    needs: tuple = ()
+
+    def parse(self, name, raw):
+        value = Choice.parse(self, name, raw)
+        package = dict(self.needs).get(value)
+        if package and importlib.util.find_spec(package) is None:
+            raise ValueError(f"{name}={raw!r} needs {package}, which is not installed")
+        return value
+
+
+@dataclass(frozen=True)
 class NodeMap:
     """A comma list of integer node ids, one per rank (``0,0,1,1``); empty means ``default``.
     Its length is checked against the communicator where it is used (:mod:`.hier`)."""
@@ -129,6 +144,9 @@ WIRE = {
     "ALLREDUCE_RADIX": Count(2, lowest=2, highest=64),
     # auto: the tuning table it follows (python -m bench tune); unset, the model decides
     "ALLREDUCE_TUNING_FILE": Path(),
+    # long bfloat16 vectors' add, multiply and divide (auto: PyTorch's where installed; algorithms.ops):
+    # the same bits either way, but a rank alone on another kernel would time at its own speed
+    "ALLREDUCE_BF16_KERNEL": Kernel("auto", ("auto", "torch", "ml_dtypes"), needs=(("torch", "torch"),)),
 }
 
 #: the raw text of the variables read once per process (at import), as they were read then

@@ -31,8 +31,10 @@ every Future at the end of the backward pass, so no bucket is in flight once
 ``loss.backward()`` has returned. Two things limit what overlaps:
 
 * MPI: another thread calls MPI, so MPI must run at ``MPI.THREAD_SERIALIZED`` or above
-  (mpi4py asks for ``MPI_THREAD_MULTIPLE`` unless ``mpi4py.rc.thread_level`` says otherwise);
-  the state checks ``MPI.Query_thread()`` when it is made and raises ``RuntimeError`` if lower.
+  (mpi4py asks for ``MPI_THREAD_MULTIPLE`` unless ``mpi4py.rc.thread_level`` says otherwise;
+  the suite's tools ask for ``MPI_THREAD_SINGLE``, and ``bench train --overlap on`` for
+  ``MPI_THREAD_SERIALIZED``); the state checks ``MPI.Query_thread()`` when it is made and raises
+  ``RuntimeError`` if lower.
   While buckets are in flight no other thread may call MPI or our collectives on ``comm``
   (between steps they may).
 * The GIL and the cores: NumPy's ufuncs, mpi4py's calls and PyTorch's backward computation
@@ -74,6 +76,8 @@ except ImportError as exc:  # pragma: no cover - without torch the module is unu
     raise ImportError(f"algorithms.torch needs PyTorch (pip install -e '.[gloo]'): {exc}") from exc
 import ml_dtypes
 from mpi4py import MPI
+
+from topology.ending import thread_level_name
 
 from .collectives import CHOICES, allreduce
 
@@ -150,9 +154,8 @@ class HookState:
         if self.overlap:
             level = MPI.Query_thread()
             if level < MPI.THREAD_SERIALIZED:
-                names = {MPI.THREAD_SINGLE: "MPI_THREAD_SINGLE", MPI.THREAD_FUNNELED: "MPI_THREAD_FUNNELED"}
                 raise RuntimeError(f"HookState(overlap=True) calls MPI from a communication thread: it needs MPI "
-                                   f"initialized at MPI_THREAD_SERIALIZED or above, not {names.get(level, level)} "
+                                   f"initialized at MPI_THREAD_SERIALIZED or above, not {thread_level_name(level)} "
                                    "(leave mpi4py.rc.thread_level at 'multiple', or set it to 'serialized')")
             self._queue = queue.SimpleQueue()
             self._thread = threading.Thread(target=self._serve, name="allreduce-hook", daemon=True)

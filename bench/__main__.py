@@ -4,7 +4,10 @@ lists them, and ``python -m bench --help`` shows them).
 The sweep, and the tools that run under mpiexec, run together
 (:func:`topology.ending.run_together`): an error or a signal on one rank ends every rank.
 Before MPI starts, what it needs of ``/dev/shm`` is settled (:mod:`topology.shm`), and so is
-what a baseline told its own algorithm reads at ``MPI_Init`` (:meth:`bench.baselines.Baseline.environment`).
+what a baseline told its own algorithm reads at ``MPI_Init`` (:meth:`bench.baselines.Baseline.environment`),
+and the thread level ``MPI_Init`` asks for: ``MPI_THREAD_SINGLE``, what a C program's ``MPI_Init``
+gets, for the sweep and every tool, more only where a tool's ``thread_level`` asks for it
+(``bench train --overlap on``: ``MPI_THREAD_SERIALIZED``).
 """
 
 import importlib
@@ -13,13 +16,14 @@ import sys
 
 from bench.baselines import BASELINES
 from bench.tools import TOOLS
-from topology.ending import run_together
+from topology.ending import THREAD_LEVEL, ask_thread_level, run_together
 from topology.shm import settle_before_mpi_init, world_rank
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     tool = TOOLS.get(argv[0]) if argv else None
+    ask_thread_level(tool.thread_level(argv[1:]) if tool else THREAD_LEVEL)
     if tool is not None and not tool.under_mpi:
         return importlib.import_module(tool.module).main(argv[1:])
     prog = "python -m bench" + (f" {argv[0]}" if tool else "")

@@ -2,7 +2,7 @@
 
 import sys
 
-from bench.tools.gpu_check import main
+from bench.__main__ import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["gpu-check", *sys.argv[1:]]))

@@ -2,7 +2,7 @@
 
 import sys
 
-from bench.tools.treebuild import main
+from bench.__main__ import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["treebuild", *sys.argv[1:]]))

@@ -16,6 +16,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # loaded, so the tests load OFI; a value set by the caller wins.
 os.environ.setdefault("MPIR_CVAR_CH4_NETMOD", "ofi")
 
+# The sweeps under test check what they compute, not how fast: 2 rounds of each size, not the
+# default 10, unless a test passes --rounds (those that test the rounds and intervals do; the
+# commands of the README and docs/ that tests/test_docs.py runs take it too).
+os.environ.setdefault("BENCH_ROUNDS", "2")
+
 
 def mpiexec():
     """The mpiexec beside this Python (the ``mpich`` wheel's Hydra), else the one on PATH."""

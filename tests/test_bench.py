@@ -88,7 +88,7 @@ def test_per_iteration_json_has_what_analyze_perf_json_reads(tmp_path):
     """The keys and invariants nccl-tests' tools/analyze_perf_json.py relies on."""
     out = tmp_path / "iters.json"
     proc, _ = bench(2, "-b", "1K", "-e", "64K", "-f", "8", "-n", "6", "-w", "1", "-I", "1", "-K", "2",
-                    "--algo", "ring,mpi", "-J", str(out), tmp_path=tmp_path)
+                    "--rounds", "2", "--algo", "ring,mpi", "-J", str(out), tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = [l for l in proc.stdout.splitlines() if l and not l.startswith("#")]
     assert rows and all(len(l.split()) == 21 for l in rows)  # 5 + 2 x (4 + i_min i_max i_p99 i_cv%)
@@ -99,10 +99,10 @@ def test_per_iteration_json_has_what_analyze_perf_json_reads(tmp_path):
     assert {"hostname", "rank", "pid"} <= set(doc["config"]["devices"][0])
     for r in doc["results"]:
         for key in ("out_of_place_per_iter", "in_place_per_iter"):
-            it = r[key]
-            assert it["skipped_iterations"] == 2 and len(it["times_us"]) == 6
+            it = r[key]  # every iteration of both rounds, in the order run
+            assert it["skipped_iterations"] == 2 and len(it["times_us"]) == 6 * 2
             rows_ = it["per_process_max_times_us"]
-            assert len(rows_) == 2 and all(len(x) == 6 for x in rows_)
+            assert len(rows_) == 2 and all(len(x) == 6 * 2 for x in rows_)
             assert it["times_us"] == pytest.approx([max(a, b) for a, b in zip(*rows_)])
             kept = sorted(it["times_us"][2:])
             assert it["min_us"] == pytest.approx(kept[0]) and it["max_us"] == pytest.approx(kept[-1])
@@ -110,6 +110,145 @@ def test_per_iteration_json_has_what_analyze_perf_json_reads(tmp_path):
             assert it["cv_pct"] == pytest.approx(np.std(kept) / np.mean(kept) * 100)
             for k in ("p50_us", "p95_us", "p99_us", "stdev_us"):
                 assert isinstance(it[k], float)
+        if r["algorithm"] == "ring":  # a round's time: the mean over ranks (-a 1) of each rank's mean in that round
+            for placement in ("out_of_place", "in_place"):
+                per_process = r[f"{placement}_per_iter"]["per_process_max_times_us"]
+                expected = [np.mean([np.mean(p[i * 6:(i + 1) * 6]) for p in per_process]) for i in range(2)]
+                assert r[placement]["round_times_us"] == pytest.approx(expected, rel=1e-6)
+
+
+def _middle(values):
+    """The median, worked out here: the middle value, or the mean of the middle two."""
+    ordered = sorted(values)
+    half = len(ordered) // 2
+    return ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
+
+
+# the 95% interval of a median by order statistics, worked out by hand for these round counts:
+# 3 rounds: no rank reaches 95%, so the whole range, which holds the median with 1 - 2/2^3;
+# 10 rounds: [x_(2), x_(9)] with 1 - 2 (1 + 10)/2^10 ([x_(3), x_(8)] holds it with only 89%)
+INTERVAL_RANKS = {3: (0, 2, 0.75), 10: (1, 8, 0.9785)}
+
+
+@pytest.mark.parametrize("ranks,rounds", [(1, 3), (2, 10), (3, 3)])
+def test_rounds_interleave_and_every_row_carries_them(tmp_path, ranks, rounds):
+    """--rounds R --algo ring,tree: every row (the log and -J alike) holds R round times per
+    placement, its time their median and time_ci its interval (order statistics, worked out
+    here), busbw from that median; the two took turns, each first in alternate rounds; each
+    table prints whole, its rows' times the medians."""
+    from bench.formats.report import time_text
+
+    out = tmp_path / "run.json"
+    proc, log = bench(ranks, "-b", "1K", "-e", "8K", "-f", "8", "-n", "2", "-w", "1", "--rounds", str(rounds),
+                      "--algo", "ring,tree", "-J", str(out), "--quiet", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = json.loads(out.read_text())["results"]
+    logged = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(r["size"], r["algorithm"]) for r in rows] == [(1024, "ring"), (1024, "tree"), (8192, "ring"),
+                                                            (8192, "tree")]
+    assert [{k: r[k] for k in rows[0]} for r in logged] == rows  # the log's rows are -J's
+    low, high, coverage = INTERVAL_RANKS[rounds]
+    factor = 2 * (ranks - 1) / ranks
+    for r in rows:
+        assert r["rounds"] == rounds
+        first = [0, 1] * rounds if r["algorithm"] == "ring" else [1, 0] * rounds
+        assert r["round_positions"] == first[:rounds]  # ring, tree; tree, ring; ...
+        for placement in ("out_of_place", "in_place"):
+            cell = r[placement]
+            times = cell["round_times_us"]
+            assert len(times) == rounds and all(t > 0 for t in times)
+            ordered = sorted(times)
+            assert cell["time"] == pytest.approx(_middle(times))
+            assert cell["time_ci"] == {"median": pytest.approx(_middle(times)), "ci_low": pytest.approx(ordered[low]),
+                                       "ci_high": pytest.approx(ordered[high]), "rounds": rounds,
+                                       "coverage": coverage}
+            assert cell["alg_bw"] == pytest.approx(r["size"] / cell["time"] * 1e-3)
+            assert cell["bus_bw"] == pytest.approx(cell["alg_bw"] * factor)
+            assert cell["nwrong"] == 0
+    tables = superbench_parse(proc.stdout)
+    assert algorithms_in(proc.stdout) == ["ring", "tree"] and len(tables) == 2
+    for table, name in zip(tables, ("ring", "tree")):
+        mine = [r for r in rows if r["algorithm"] == name]
+        assert [int(t["size"]) for t in table["rows"]] == [r["size"] for r in mine]
+        for printed, r in zip(table["rows"], mine):
+            assert printed["oop"]["time"] == float(time_text(r["out_of_place"]["time"]))
+            assert printed["ip"]["time"] == float(time_text(r["in_place"]["time"]))
+
+
+def _rows(rounds, size=65536):
+    """Hand-made rows of one size, as the sweep saves them: {algorithm: [us per round]}."""
+    rows = []
+    for name, times in rounds.items():
+        median = _middle(times)
+        rows.append({"type": "float", "redop": "sum", "size": size, "algorithm": name, "cycle": 1,
+                     "out_of_place": {"time": median, "bus_bw": size / median * 1e-3,
+                                      "time_ci": {"median": median}, "round_times_us": times}})
+    return rows
+
+
+def test_summary_calls_a_pair_within_noise_a_tie():
+    from bench.formats import summary
+
+    drift = [10.0, 14.0, 9.0, 12.0, 20.0, 11.0, 10.5, 13.0, 9.5, 16.0]  # the machine's, shared by both
+    ring = drift
+    rd = [t * f for t, f in zip(drift, (1.02, 0.98, 1.01, 1.03, 1.04, 0.97, 1.00, 1.02, 0.99, 1.01))]
+    mpi = [t * 1.5 for t in drift]
+    [entry] = summary.by_size(_rows({"ring": ring, "rd": rd, "mpi": mpi}))
+    # medians: ring (11 + 12) / 2 = 11.5, rd (10.67 + 12.36) / 2 = 11.515; rd / ring per round, sorted:
+    # 0.97 0.98 0.99 1.00 1.01 1.01 1.02 1.02 1.03 1.04: median 1.01, [x_(2), x_(9)] = [0.98, 1.03], holding 1
+    assert (entry["fastest"], entry["ties"], entry["runner_up"]) == ("ring", ["ring", "rd"], "rd")
+    assert entry["fastest_vs_runner_up"] == {"median": pytest.approx(1.01), "ci_low": pytest.approx(0.98),
+                                             "ci_high": pytest.approx(1.03), "rounds": 10, "coverage": 0.9785}
+    assert entry["fastest_vs_mpi"]["median"] == pytest.approx(1.5)
+    text = summary.text([entry])
+    assert all(line.startswith("#") and len(line) <= 120 for line in text.splitlines())
+    verdict = next(line for line in text.splitlines() if line.startswith("#      65536") and "x [" in line)
+    assert verdict.split()[1:3] == ["65536", "tie"]  # no winner named
+    assert re.search(r" 1\.01x \[0\.980, 1\.03\] tie +1\.50x \[1\.50, 1\.50\]$", verdict), verdict
+    tied = [line for line in text.splitlines() if line.startswith("#      65536  ")]
+    assert tied and set(tied[-1].split(None, 2)[2].split(", ")) == {"ring", "rd"}
+
+
+def test_summary_names_a_clear_winner_with_its_interval():
+    from bench.formats import summary
+
+    drift = [10.0, 14.0, 9.0, 12.0, 20.0, 11.0, 10.5, 13.0, 9.5, 16.0]
+    twoshot = [t / 2 for t in drift]  # twice as fast in every round however the machine drifts
+    ring = [t * f for t, f in zip(drift, (1.0, 1.1, 0.9, 1.05, 0.95, 1.0, 1.02, 0.98, 1.0, 1.01))]
+    [entry] = summary.by_size(_rows({"ring": ring, "twoshot": twoshot, "mpi": [t * 4 for t in drift]}))
+    assert (entry["fastest"], entry["ties"], entry["runner_up"]) == ("twoshot", ["twoshot"], "ring")
+    # ring / twoshot per round: 2 x (1.0 1.1 0.9 1.05 0.95 1.0 1.02 0.98 1.0 1.01), sorted: 1.8 1.9 1.96 2.0 2.0
+    # 2.0 2.02 2.02 2.1 2.2: median 2.0, [x_(2), x_(9)] = [1.9, 2.1]
+    assert entry["fastest_vs_runner_up"] == {"median": pytest.approx(2.0), "ci_low": pytest.approx(1.9),
+                                             "ci_high": pytest.approx(2.1), "rounds": 10, "coverage": 0.9785}
+    assert entry["fastest_vs_mpi"]["median"] == pytest.approx(8.0) and entry["fastest_vs_mpi4py"] is None
+    assert entry["time_us"]["twoshot"] == pytest.approx(_middle(twoshot))
+    assert entry["busbw"]["twoshot"] == pytest.approx(65536 / _middle(twoshot) * 1e-3)
+    lines = summary.text([entry]).splitlines()
+    verdict = next(line for line in lines if line.startswith("#      65536") and "x [" in line)
+    assert verdict.split()[1:6] == ["65536", "twoshot", "ring", "2.00x", "[1.90,"]
+    assert "2.10]" in verdict and " tie" not in verdict and "8.00x [8.00, 8.00]" in verdict
+    assert not any("within noise" in line for line in lines)  # no ties to name
+
+
+def test_summary_pairs_rounds_of_the_same_cycle_and_fits_15_algorithms():
+    """-N: round i of cycle c pairs with round i of cycle c; 15 algorithms fit 120 columns."""
+    from bench.formats import summary
+
+    rows = []
+    for cycle, drift in ((1, 1.0), (2, 10.0)):  # the second cycle ten times slower for every algorithm
+        for row in _rows({"ring": [drift * 1.0] * 6, "rd": [drift * 2.0] * 6}):
+            rows.append({**row, "cycle": cycle})
+    [entry] = summary.by_size(rows)
+    assert entry["rounds"] == 12 and entry["fastest_vs_runner_up"]["ci_low"] == pytest.approx(2.0)
+    assert entry["fastest_vs_runner_up"]["ci_high"] == pytest.approx(2.0)  # paired: no spread from the drift
+    names = [f"algorithm{i}" for i in range(15)]
+    many = summary.by_size(_rows({name: [1.0 + i / 10] * 6 for i, name in enumerate(names)}))
+    lines = summary.text(many).splitlines()
+    assert all(line.startswith("#") and len(line) <= 120 for line in lines)
+    shown = [name for line in lines if line.startswith("#       size") and "fastest" not in line
+             for name in line.split()[2:]]
+    assert shown == [name[:8] for name in names]
 
 
 @pytest.mark.parametrize("collective", ["reducescatter", "allgather"])
@@ -178,7 +317,7 @@ def test_registered_buffers_with_R(tmp_path, collective, algos):
     """-R 1: every algorithm (and MPI's own) on registered vectors, in and out of place, no wrong
     element, sizes on both sides of the slot and the 256 KiB MPI threshold; the header says so."""
     proc, _ = bench(3, "-R", "1", "--collective", collective, "-b", "96K", "-e", "6M", "-f", "8", "-n", "2",
-                    "-w", "1", "-c", "2", "-d", "int32", "--algo", algos, tmp_path=tmp_path)
+                    "-w", "1", "-c", "2", "-d", "int32", "--rounds", "2", "--algo", algos, tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert algorithms_in(proc.stdout) == algos.split(",")
     assert proc.stdout.count("# Buffers: registered (algorithms.alloc_registered; -R 1)") == len(algos.split(","))
@@ -328,12 +467,41 @@ def test_bucketed_overlap_hides_all_but_the_last_bucket():
     assert exposed_time(0.2, 10, 1.0) == pytest.approx(10 * 0.2 + 0.1 - 1.0)  # communication-bound
 
 
+def own_median(values):
+    ordered = sorted(values)
+    n = len(ordered)
+    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+
+
+def own_interval(values):
+    """(median, low, high, coverage): the order statistics x_(k), x_(n+1-k) of the largest k whose
+    coverage 1 - 2 P(Binomial(n, 1/2) <= k-1) reaches 95%, else the whole range (worked out here)."""
+    ordered, n = sorted(values), len(values)
+    coverage = lambda k: 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2 ** n
+    k = max([k for k in range(1, (n + 1) // 2 + 1) if coverage(k) >= 0.95] or [1])
+    return own_median(values), ordered[k - 1], ordered[n - k], coverage(k) if n > 1 else 0.0
+
+
+def assert_interval(written, values):
+    """``written`` ({"median", "ci_low", "ci_high", "rounds", "coverage"}) is the interval of ``values``."""
+    median, low, high, coverage = own_interval(values)
+    assert (written["median"], written["ci_low"], written["ci_high"]) == pytest.approx((median, low, high), rel=1e-9)
+    assert (written["rounds"], written["coverage"]) == (len(values), pytest.approx(coverage, abs=1e-4))
+
+
+def own_verdict(interval, bound, above=True):
+    _, low, high, _ = interval
+    if low <= bound <= high:
+        return "tie (within noise)"
+    return "met" if (low > bound) == above else "missed"
+
+
 def test_perf_benchmark_writes_every_target(tmp_path):
     """``python -m bench.perf`` on small sizes (8 B always): one row per size with every candidate timed, each
     target judged (sizes it did not run are judged not met), and the Markdown table."""
     out = tmp_path / "perf"
     proc = run_mpi(2, ["-m", "bench.perf", "-b", "32K", "-e", "64K", "--repeats", "1", "--runs", "3", "-o", str(out)],
-                   timeout=180)
+                   timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Warning" not in proc.stderr, proc.stderr  # e.g. a vector summed into itself overflowing
     data = json.loads((tmp_path / "perf.json").read_text(),
@@ -348,45 +516,118 @@ def test_perf_benchmark_writes_every_target(tmp_path):
         assert row["auto_ran"] in algorithms.auto.candidates()
         assert row["small_pages_huge_share"] in (0.0, None) and 0 <= (row["plain_huge_share"] or 0) <= 1
     assert data["rows"][0]["sendrecv_s"] > 0 and all("sendrecv_s" not in row for row in data["rows"][1:])
-    assert len(data["runs"]) == 3
-    for i, row in enumerate(data["rows"]):  # the table holds each time's median over the sweeps
-        for key in ("native_s", "ring_s", "ring_reg_inplace_s", "copy_GBps"):
-            assert row[key] == sorted(run["rows"][i][key] for run in data["runs"])[1], (key, row)
+    assert len(data["runs"]) == 3 and data["rounds_per_sweep"] == 1
+    for i, row in enumerate(data["rows"]):  # every time: the median and interval of all the sweeps' rounds
+        assert set(row["rounds_s"]) == set(row["times_us"]) and "rounds_s" not in data["runs"][0]["rows"][i]
+        for name, rounds in row["rounds_s"].items():
+            assert len(rounds) == 3, name
+            assert_interval(row["times_us"][name], [t * 1e6 for t in rounds])
+            for j, run in enumerate(data["runs"]):  # each sweep's row: its own round
+                assert_interval(run["rows"][i]["times_us"][name], [rounds[j] * 1e6])
+            if name.startswith("copy"):
+                assert row[f"{name}_GBps"] == pytest.approx(row["bytes"] / own_median(rounds) / 1e9, rel=1e-12)
+            else:
+                assert row[f"{name}_s"] == pytest.approx(own_median(rounds), rel=1e-12), name
     targets = {t["target"]: t for t in data["targets"]}
     assert len(targets) == 20
-    assert targets["twoshot busbw >= 1.0x ring on registered vectors, 1..256 MiB"]["holds"] is False  # none in range
-    assert targets["ring busbw >= 1.0x the MPI library timed in C, 256 KiB..256 MiB"]["holds"] is False  # none in range
-    for algo, exchanges in (("rd", 1), ("ring", 2)):  # the cost over the bare exchanges, worked out here
-        cost = sorted((run["rows"][0][f"{algo}_s"] - exchanges * run["rows"][0]["sendrecv_s"]) * 1e6
-                      for run in data["runs"])[1]
+    for name in ("twoshot busbw >= 1.0x ring on registered vectors, 1..256 MiB",
+                 "ring busbw >= 1.0x the MPI library timed in C, 256 KiB..256 MiB",
+                 "ring busbw >= 1.0x native through mpi4py, 256 KiB..256 MiB"):  # no size in range
+        assert (targets[name]["verdict"], targets[name]["holds"], targets[name]["interval"]) == ("size not run", False, None)
+    eight = data["rows"][0]["rounds_s"]
+    for algo, exchanges in (("rd", 1), ("ring", 2)):  # the cost over the bare exchanges, round by round, worked out here
+        cost = [(a - exchanges * b) * 1e6 for a, b in zip(eight[algo], eight["sendrecv"])]
         found = [t for name, t in targets.items() if name.startswith(f"{algo}'s Python cost over its {exchanges}")]
-        assert len(found) == 1 and found[0]["worst"] == round(cost, 2), (found, cost)
-        persistent = sorted((run["rows"][0][f"{algo}_persistent_s"] - exchanges * run["rows"][0]["sendrecv_s"]) * 1e6
-                            for run in data["runs"])[1]
-        assert data["persistent_cost_us"][algo] == round(persistent, 2), (data["persistent_cost_us"], persistent)
-    ratios = {size: sorted(run["rows"][i]["ring_busbw"] / run["rows"][i]["native_busbw"] for run in data["runs"])[1]
-              for i, size in enumerate((8, 32768, 65536))}  # each sweep's own ratio, median over sweeps
-    worst = min((ratios[32768], 32768), (ratios[65536], 65536))
-    assert (targets["ring busbw >= 0.9x native through mpi4py, 32 KiB..256 KiB"]["worst"],
-            targets["ring busbw >= 0.9x native through mpi4py, 32 KiB..256 KiB"]["at_bytes"]) == (round(worst[0], 3), worst[1])
-    assert targets["ring busbw >= 1.0x native through mpi4py, 256 KiB..256 MiB"]["holds"] is False  # no size in range
+        assert len(found) == 1 and found[0]["worst"] == round(own_median(cost), 3), (found, cost)
+        assert_interval(found[0]["interval"], cost)
+        assert found[0]["verdict"] == own_verdict(own_interval(cost), float(found[0]["target"].split()[-2]), above=False)
+        persistent = [(a - exchanges * b) * 1e6 for a, b in zip(eight[f"{algo}_persistent"], eight["sendrecv"])]
+        assert_interval(data["persistent_cost_us"][algo], persistent)
+    rounds = data["per_call_rounds_s"]
+    assert_interval(data["per_call_overhead_us"], [(a - b) * 1e6 for a, b in zip(rounds["ours"], rounds["bare"])])
+    # ring over native at each size of the range: busbw ratio = native's time over the ring's, round by round
+    ratios = {row["bytes"]: [n / r for n, r in zip(row["rounds_s"]["native"], row["rounds_s"]["ring"])]
+              for row in data["rows"] if 32768 <= row["bytes"] <= 262144}
+    verdicts = {size: own_verdict(own_interval(values), 0.9) for size, values in ratios.items()}
+    target = targets["ring busbw >= 0.9x native through mpi4py, 32 KiB..256 KiB"]
+    order = ["missed", "tie (within noise)", "met"]
+    deciding = min(ratios, key=lambda s: (order.index(verdicts[s]), own_median(ratios[s])))
+    assert (target["worst"], target["at_bytes"], target["verdict"]) == \
+        (round(own_median(ratios[deciding]), 3), deciding, min(verdicts.values(), key=order.index))
+    assert_interval(target["interval"], ratios[deciding])
+    assert target["holds"] is (target["verdict"] == "met")
+    for i, run in enumerate(data["runs"]):  # each sweep judged on its own rounds
+        alone = {t["target"]: t for t in run["targets"]}["ring busbw >= 0.9x native through mpi4py, 32 KiB..256 KiB"]
+        own = {size: values[i:i + 1] for size, values in ratios.items()}
+        assert alone["worst"] == round(own_median(own[alone["at_bytes"]]), 3)
     assert set(data["steady_state_python_bytes"]) == {*(a for a in algorithms.auto.candidates() if a != "native"), "auto"}
     text = (tmp_path / "perf.md").read_text()
-    assert "| target | measured (worst) | at bytes | holds | sweep 1 | sweep 2 | sweep 3 |" in text and "| 65536 |" in text
-    assert "| ring busbw >= 1.0x native through mpi4py, 256 KiB..256 MiB | size not run |  | **no** | size not run (no) |" in text
+    assert ("| target | measured (the deciding size: median [95% interval]) | at bytes | verdict | sweep 1 | sweep 2 "
+            "| sweep 3 |") in text and "| 65536 |" in text
+    assert ("| ring busbw >= 1.0x native through mpi4py, 256 KiB..256 MiB | size not run |  | size not run "
+            "| size not run | size not run | size not run |") in text
+    for few in ("1 round the interval is the whole range, which holds the median 0%",
+                "3 rounds the interval is the whole range, which holds the median 75%"):
+        assert few in text
     assert "native: `MPI_Allreduce` called through mpi4py" in text
     # the library both ways, and ours over each, at every size: the ratios worked out here from the JSON
-    table = {int(m[0]): m[1:] for m in re.findall(r"^\| (\d+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| (\w+) \| "
+    cell = r"([\d.]+) \[([\d.]+), ([\d.]+)\]"  # a time: median [95% interval]
+    table = {int(m[0]): m[1:] for m in re.findall(rf"^\| (\d+) \| {cell} \| {cell} \| ([\d.]+) \| (\w+) \| "
                                                   r"([\d.]+) \| ([\d.]+) \| ([\d.]+) \|", text, re.M)}
+    assert sorted(table) == [8, 32768, 65536]
     for row in data["rows"]:
-        c, py, _, best, best_over_c, ring_over_c, _ = table[row["bytes"]]
-        assert float(c) == pytest.approx(row["mpi_s"] * 1e6, abs=0.006)
-        assert float(py) == pytest.approx(row["native_s"] * 1e6, abs=0.006)
+        *c, py_median, py_low, py_high, _, best, best_over_c, ring_over_c, _ = table[row["bytes"]]
+        shown = own_interval([t * 1e6 for t in row["rounds_s"]["mpi"]])
+        assert [float(v) for v in c] == pytest.approx([shown[0], shown[1], shown[2]], abs=0.06)
+        assert float(py_median) == pytest.approx(row["native_s"] * 1e6, abs=0.06)
         ours = [*(a for a in algorithms.auto.candidates() if a != "native"), "auto"]
         assert best == min(ours, key=lambda a: row[f"{a}_s"])
         assert float(ring_over_c) == pytest.approx(row["mpi_s"] / row["ring_s"], abs=0.006)
     assert f"Page backing (transparent huge pages: {data['machine']['transparent_hugepages']};" in text
     assert re.search(r"^\| 65536 \| (\d+%|unknown) / (0%|unknown) \|", text, re.M)
+
+
+def synthetic_perf(ring_over_native):
+    """A perf document of one size, 64 KiB, whose ring busbw is ``ring_over_native[i]`` times
+    native's in round i; every other figure fixed."""
+    rounds = len(ring_over_native)
+    native = [1e-4 * (1 + i % 3) for i in range(rounds)]  # drifting between rounds, as a shared machine does
+    return {"ranks": 2, "rows": [{"bytes": 65536, "rounds_s": {
+        "native": native, "ring": [t / r for t, r in zip(native, ring_over_native)], "auto": native}}],
+        "per_call_rounds_s": {"bare": [1e-6] * 6, "ours": [2e-6] * 6},
+        "steady_state_python_bytes": {"ring": {"retained": 0, "transient_peak": 100}},
+        "peak_memory": {"peak_bytes": 1, "budget_bytes": 2, "vector_bytes": 1}}
+
+
+@pytest.mark.parametrize("ratios, verdict", [
+    ([1.2, 1.1, 1.3, 1.15, 1.25, 1.2, 1.1], "met"),  # ring at least 0.9x native in every round
+    ([0.5, 0.6, 0.55, 0.5, 0.7, 0.6, 0.65], "missed"),
+    ([0.85, 0.95, 0.88, 0.93, 0.9, 0.92, 0.87], "tie (within noise)"),  # on both sides of 0.9
+])
+def test_perf_target_verdicts_on_synthetic_ratios(ratios, verdict):
+    from bench.tools.perf import targets
+
+    found = {t["target"]: t for t in targets(synthetic_perf(ratios))}
+    target = found["ring busbw >= 0.9x native through mpi4py, 32 KiB..256 KiB"]
+    assert (target["verdict"], target["holds"], target["at_bytes"]) == (verdict, verdict == "met", 65536)
+    assert_interval(target["interval"], ratios)
+    assert found["per-call Python overhead < 10 us"]["verdict"] == "met"  # 1 us in every round
+    assert found["auto busbw >= 1.0x native through mpi4py, 8 B..256 MiB"]["verdict"] == "tie (within noise)"  # 1.0x
+    assert found["ring busbw >= 1.0x native through mpi4py, 256 KiB..256 MiB"]["verdict"] == "size not run"
+
+
+def test_perf_judges_a_range_by_its_worst_verdict():
+    """A size missed decides over one that ties with a lower median; ties over met; the bound's side matters."""
+    from bench.formats.stats import Interval
+    from bench.tools.perf import judge, worst_check
+
+    tie, miss, met = Interval(0.7, 0.5, 1.2, 7, 0.98), Interval(0.8, 0.75, 0.85, 7, 0.98), Interval(1.5, 1.2, 1.6, 7, 0.98)
+    assert [judge(i, 0.9) for i in (tie, miss, met)] == ["tie (within noise)", "missed", "met"]
+    assert [judge(i, 0.9, above=False) for i in (tie, miss, met)] == ["tie (within noise)", "met", "missed"]
+    assert worst_check("t", {1: tie, 2: miss, 3: met}, 0.9)["at_bytes"] == 2
+    assert worst_check("t", {1: tie, 3: met}, 0.9)["verdict"] == "tie (within noise)"
+    assert worst_check("t", {3: met}, 0.9) == {"target": "t", "worst": 1.5, "at_bytes": 3, "interval": met.as_dict(),
+                                              "verdict": "met", "holds": True}
 
 
 def test_gpu_check_script_on_numpy_buffers(tmp_path):
@@ -483,35 +724,128 @@ def test_thp_setting_is_the_bracketed_word(tmp_path):
     assert thp_mode(tmp_path / "missing") == "unavailable"
 
 
-@pytest.mark.parametrize("ranks", [2, 3])
-def test_tune_writes_a_table_auto_follows(tmp_path, ranks):
-    """``bench tune`` on a few sizes: every candidate timed at each, each rule's order its size's times
-    sorted, rules meeting at the geometric mean of neighbouring sizes, "*" standing for other dtypes;
-    then a run of auto on that table picks each size's fastest."""
+def own_decision(rounds, incumbent):
+    """The tune rule worked out here: (choice, order) from {name: [us per round]} and the incumbent."""
+    ratios = {name: [a / b for a, b in zip(values, rounds[incumbent])] for name, values in rounds.items()
+              if name != incumbent}
+    faster = [name for name, values in ratios.items() if own_interval(values)[2] < 1]
+    choice = min(faster, key=lambda name: own_median(ratios[name])) if faster else incumbent
+    return choice, [choice, *sorted((n for n in rounds if n != choice), key=lambda n: own_median(rounds[n]))]
+
+
+def check_tune_table(table, incumbents):
+    """Every rule of ``table`` follows the tune rule on its own rounds (worked out here), from
+    ``incumbents`` ({bytes: name}); its intervals and medians are those of the rounds."""
+    rounds = table["rounds_us"]["float32"]
+    for rule in table["rules"]:
+        size = str(rule["measured_bytes"])
+        row = rounds[size]
+        assert rule["incumbent"] == incumbents[rule["measured_bytes"]]
+        choice, order = own_decision(row, rule["incumbent"])
+        assert rule["order"] == order and rule["replaced"] is (choice != rule["incumbent"]), (rule, row)
+        ties = [n for n in order[1:] if own_interval([a / b for a, b in zip(row[n], row[choice])])[1] <= 1
+                <= own_interval([a / b for a, b in zip(row[n], row[choice])])[2]]
+        assert rule["ties"] == ties
+        challenger = choice if rule["replaced"] else (order[1] if len(order) > 1 else None)
+        assert rule["challenger"] == challenger
+        assert_interval(rule["challenger_over_incumbent"],
+                        [a / b for a, b in zip(row[challenger], row[rule["incumbent"]])])
+        for name, values in row.items():
+            assert_interval(table["intervals_us"]["float32"][size][name], values)
+            assert table["measured_us"]["float32"][size][name] == round(own_median(values), 3)
+
+
+def auto_picks(ranks, sizes, env):
+    """What algorithm="auto" runs at each of ``sizes`` on every rank (a real run under mpiexec)."""
+    script = ("import json, algorithms; from mpi4py import MPI; "
+              f"picks = MPI.COMM_WORLD.gather([algorithms.auto.choice(b)[0] for b in {sizes!r}]); "
+              "MPI.COMM_WORLD.rank or print(json.dumps(picks))")
+    follow = run_mpi(ranks, ["-c", script], timeout=60, env=env)
+    assert follow.returncode == 0, follow.stderr
+    picks = json.loads(follow.stdout)
+    assert all(p == picks[0] for p in picks)
+    return dict(zip(sizes, picks[0]))
+
+
+@pytest.mark.parametrize("ranks, repeats", [(1, 2), (2, 2), (3, 1)])  # 3 ranks on 2 cores: slow calls, one round
+def test_tune_writes_a_table_auto_follows(tmp_path, ranks, repeats):
+    """``bench tune`` on a few sizes: every candidate timed at each in every round, each rule's first
+    candidate the incumbent (here the model's choice) unless a challenger's paired time over it lies
+    wholly below 1, then the others by median time; the intervals those of the rounds; rules
+    meeting at the geometric mean of neighbouring sizes, "*" standing for other dtypes; then a
+    run of auto on that table picks each rule's first."""
     out = tmp_path / "tuning.json"
-    proc = run_mpi(ranks, ["-m", "bench", "tune", "-b", "1K", "-e", "16K", "-f", "4", "--repeats", "1",
-                           "-o", str(out)], timeout=180)
+    sizes = [8, 1024, 4096, 16384]
+    proc = run_mpi(ranks, ["-m", "bench", "tune", "-b", "1K", "-e", "16K", "-f", "4", "--repeats", str(repeats),
+                           "-o", str(out)], timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     table = json.loads(out.read_text())
     assert (table["schema"], table["ranks"], table["nodes"]) == ("allreduce-tuning/1", ranks, 1)
-    times = table["measured_us"]["float32"]
-    sizes = [8, 1024, 4096, 16384]
-    assert sorted(int(b) for b in times) == sizes
+    rounds = table["rounds_us"]["float32"]
+    assert sorted(int(b) for b in rounds) == sizes
+    assert all(len(values) == repeats for row in rounds.values() for values in row.values())
     for rules in ([r for r in table["rules"] if r["dtype"] == "float32"], [r for r in table["rules"] if r["dtype"] == "*"]):
         assert [r["measured_bytes"] for r in rules] == sizes
         assert [r["upto_bytes"] for r in rules] == [90, 2048, 8192, None]  # isqrt(8 * 1024) = 90
         for rule in rules:
-            row = times[str(rule["measured_bytes"])]
-            assert set(rule["order"]) == set(algorithms.auto.candidates()) == set(row)
-            assert [row[name] for name in rule["order"]] == sorted(row.values())
+            assert set(rule["order"]) == set(algorithms.auto.candidates()) == set(rounds[str(rule["measured_bytes"])])
+            assert "the model decides" in rule["incumbent_from"]
+    check_tune_table(table, auto_picks(ranks, sizes, {}))  # the model's choices, without a table
     assert f"wrote {out}" in proc.stdout
-    script = ("import json, algorithms; from mpi4py import MPI; "
-              "picks = MPI.COMM_WORLD.gather([algorithms.auto.choice(b)[0] for b in (8, 1024, 4096, 16384)]); "
-              "MPI.COMM_WORLD.rank or print(json.dumps(picks))")
-    follow = run_mpi(ranks, ["-c", script], timeout=60, env={"ALLREDUCE_TUNING_FILE": str(out)})
-    assert follow.returncode == 0, follow.stderr
-    fastest = [min(times[str(b)], key=times[str(b)].get) for b in sizes]
-    assert json.loads(follow.stdout) == [fastest] * ranks
+    held = 1 - 2 / 2 ** repeats if repeats > 1 else 0  # the whole range misses the median when all fall on one side
+    assert (f"{repeats} round{'s' * (repeats > 1)} a size: medians with 95% intervals (below 6 rounds the whole range, "
+            f"which holds the median {held:.0%} of the time)") in proc.stdout
+    for rule in table["rules"][:len(sizes)]:
+        size = rule["measured_bytes"]
+        size = f"{size >> 10} KiB" if size >= 1024 else f"{size} B"  # as the tool writes sizes
+        line = next(l for l in proc.stdout.splitlines() if l.startswith(size + ": "))
+        assert line.startswith(f"{size}: {rule['order'][0]} "
+                               + ("replaces" if rule["replaced"] else "stays")), line
+        assert ("tie with" in line) is bool(rule["ties"]) and all(name in line for name in rule["ties"])
+    follow = auto_picks(ranks, sizes, {"ALLREDUCE_TUNING_FILE": str(out)})
+    assert follow == {rule["measured_bytes"]: rule["order"][0] for rule in table["rules"][:len(sizes)]}
+
+
+def test_tune_keeps_a_given_tables_choices_unless_beaten(tmp_path):
+    """The incumbents come from ``--tuning``'s table, then from the table already at the output path."""
+    given, out = tmp_path / "given.json", tmp_path / "tuning.json"
+    given.write_text(json.dumps({"schema": "allreduce-tuning/1", "ranks": 2, "nodes": 1, "rules": [
+        {"placement": "host", "dtype": "*", "upto_bytes": None, "order": ["ps"]}]}))
+    args = ["-m", "bench", "tune", "-b", "4K", "-e", "64K", "-f", "16", "--repeats", "3", "--algo", "ring,ps,rd",
+            "-o", str(out)]
+    proc = run_mpi(2, [*args, "--tuning", str(given)], timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    table = json.loads(out.read_text())
+    assert all(f"tuning table {given}" in rule["incumbent_from"] for rule in table["rules"])
+    check_tune_table(table, {8: "ps", 4096: "ps", 65536: "ps"})
+    proc = run_mpi(2, args, timeout=180)  # now the output's own table stands
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    again = json.loads(out.read_text())
+    assert all(f"tuning table {out}" in rule["incumbent_from"] for rule in again["rules"])
+    check_tune_table(again, {rule["measured_bytes"]: rule["order"][0] for rule in table["rules"]
+                             if rule["dtype"] == "float32"})
+
+
+def test_tune_rule_on_synthetic_rounds():
+    """A tie keeps the incumbent; a clear 2x win replaces it; of two winners the larger wins; a
+    challenger faster by median but not in every one of 7 rounds (the whole range: 98.4%) ties."""
+    from bench.tools.tune import decide
+
+    incumbent = [1.00, 1.02, 0.98, 1.01, 0.99, 1.03, 1.00]
+    rounds = {"rd": incumbent, "ring": [1.01, 1.00, 1.00, 0.99, 1.02, 1.01, 0.99], "ps": [2 * t for t in incumbent]}
+    kept = decide(rounds, "rd")
+    assert (kept["choice"], kept["replaced"], kept["challenger"], kept["ties"]) == ("rd", False, "ring", ["ring"])
+    assert kept["order"] == ["rd", "ring", "ps"] and kept["ratio"].holds(1.0)
+    won = decide({**rounds, "oneshot": [t / 2 for t in incumbent]}, "rd")
+    assert (won["choice"], won["replaced"], won["challenger"], won["ties"]) == ("oneshot", True, "oneshot", [])
+    assert (won["ratio"].median, won["ratio"].low, won["ratio"].high) == (0.5, 0.5, 0.5)
+    assert won["order"] == ["oneshot", "ring", "rd", "ps"] or won["order"] == ["oneshot", "rd", "ring", "ps"]
+    both = decide({**rounds, "a": [t * 0.8 for t in incumbent], "b": [t * 0.6 for t in incumbent]}, "rd")
+    assert both["choice"] == "b" and both["ratio"].median == pytest.approx(0.6)
+    once_slower = decide({"rd": [1.0] * 7, "ring": [0.8] * 6 + [1.1]}, "rd")
+    assert (once_slower["choice"], once_slower["ties"]) == ("rd", ["ring"])
+    alone = decide({"ring": [1.0] * 3}, "ring")
+    assert (alone["choice"], alone["challenger"], alone["ratio"], alone["ties"]) == ("ring", None, None, [])
 
 
 def test_tune_refuses_an_unknown_candidate(tmp_path):

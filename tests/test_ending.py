@@ -214,3 +214,29 @@ def test_arrays_in_code_meet_the_same_rules():
     with pytest.raises(ValueError, match=r"bandwidth_GBps\[1\]\[0\] is 1e\+06, above the largest plausible"):
         BandwidthMatrix(np.array([[0.0, 1.0], [1e6, 0.0]]))
     assert BandwidthMatrix(np.array([[7, 1], [2, 7]])).bandwidth.tolist() == [[0.0, 1.0], [2.0, 0.0]]
+
+
+@pytest.mark.parametrize("argv,level", [
+    ([], "single"), (["--overlap", "off"], "single"), (["--overlap", "on"], "serialized"),
+    (["--algo", "ring", "--overlap=off,on"], "serialized"), (["--ov", " on "], "serialized"),
+    (["--overlap", "on", "--overlap", "off"], "single"), (["--overlap"], "single"), (["-J", "on"], "single"),
+])
+def test_train_asks_for_serialized_exactly_when_its_parser_reads_overlap_on(argv, level):
+    """bench/tools decides before MPI starts what train's own parser reads later."""
+    from bench.tools import TOOLS
+    from bench.tools.train import comma_list, parser
+
+    assert TOOLS["train"].thread_level(argv) == level
+    assert all(tool.thread_level(argv) == "single" for name, tool in TOOLS.items() if name != "train")
+    try:
+        read = parser().parse_args(argv).overlap
+    except SystemExit:
+        return
+    assert level == ("serialized" if "on" in comma_list(read) else "single")
+
+
+def test_thread_levels_have_their_mpi_names():
+    assert ending.thread_level_name() == ending.thread_level_name(MPI.Query_thread()) and \
+        ending.thread_level_name().startswith("MPI_THREAD_")
+    assert [ending.thread_level_name(getattr(MPI, f"THREAD_{n}")) for n in ("SINGLE", "SERIALIZED")] == [
+        "MPI_THREAD_SINGLE", "MPI_THREAD_SERIALIZED"]

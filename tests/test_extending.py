@@ -98,7 +98,7 @@ def test_a_baseline_is_one_module_and_one_table_entry(tmp_path):
                        "--log", "none"], ranks=2)
     assert "# Algorithm: echo " in swept and "# Transport: the test's echo baseline" in swept
     assert swept.count("# Out of bounds values : 0 OK") == 2
-    assert re.search(r"^#\s+size\s+ring\s+echo\s+fastest", swept, re.M), swept  # in the summary, as a baseline is
+    assert re.search(r"^#\s+size\s+ring\s+echo$", swept, re.M), swept  # in the summary, as a baseline is
     env = {**os.environ, "PYTHONPATH": str(code)}
     proc = subprocess.run([mpiexec(), "-n", "1", sys.executable, "-m", "bench", "--algo", "nothere", "--log", "none"],
                           cwd=code, env=env, capture_output=True, text=True, timeout=60)

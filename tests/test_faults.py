@@ -19,9 +19,9 @@ import pytest
 from conftest import ROOT, mpiexec
 from mpi_jobs import RANKS, Job, lines_of, one_line, table_rows
 
-#: a sweep long enough to be cut part way: rows every few tens of milliseconds, then longer
-SWEEP = ["-m", "bench", "-b", "8K", "-e", "64M", "-f", "2", "-n", "40", "-w", "1", "--algo", "ring,tree",
-         "--quiet"]
+#: a sweep long enough to be cut part way: rows every few tens of milliseconds, then longer; one
+#: algorithm, whose table prints row by row (several take turns, their tables printed at the end)
+SWEEP = ["-m", "bench", "-b", "8K", "-e", "64M", "-f", "2", "-n", "40", "-w", "1", "--algo", "ring", "--quiet"]
 SHORT = ["-m", "bench", "-b", "8K", "-e", "64K", "-f", "8", "-n", "3", "-w", "1", "--algo", "ring", "--quiet"]
 END_BOUND = 5.0  # seconds from the fault to the last rank gone
 
@@ -98,6 +98,58 @@ def test_an_error_on_one_rank_ends_every_rank(tmp_path, runner):
         assert "Traceback" not in job.stderr()
     else:
         assert "RuntimeError: injected failure after 20 calls" in job.stderr()
+
+
+# ------------------------------------------------------------------ thread levels
+
+END_IN_MPI = str(ROOT / "tests" / "scripts" / "end_in_mpi.py")
+
+
+@pytest.mark.parametrize("level,wait,ranks,aborts", [
+    ("single", "python", 3, True),  # the signal thread hands the end to the main thread, which aborts
+    ("single", "mpi", 2, False),  # the main thread waits inside MPI: the rank ends alone, mpiexec the others
+    ("funneled", "mpi", 2, False),
+    ("multiple", "mpi", 3, True),  # the signal thread may call MPI_Abort itself
+])
+def test_a_signal_ends_every_rank_at_each_thread_level(tmp_path, level, wait, ranks, aborts):
+    """SIGTERM to rank 1 while every main thread waits. Below MPI_THREAD_MULTIPLE no thread but
+    the main one calls MPI (MPICH's "Abort(" line comes only from MPI_Abort). A rank that ends
+    alone leaves its exit status to mpiexec, which reports it at 2 ranks on a node (with more,
+    its own SIGKILL of the others may show instead: docs/benchmark.md), so those cases run 2."""
+    job = Job(tmp_path, [END_IN_MPI], ranks=ranks, env={"LEVEL": level, "WAIT": wait})
+    job.wait_until(lambda: len(job.rank_pids()) == ranks)
+    assert f"at MPI_THREAD_{level.upper()}" in job.stdout()
+    os.kill(job.rank_pids()[1], signal.SIGTERM)
+    code, seconds = job.end(timeout=30)
+    assert code == 143 and seconds < END_BOUND, job.stderr()
+    assert "end_in_mpi: rank 1: interrupted by SIGTERM; ending every rank" in job.stderr()
+    assert ("Abort(143)" in job.stderr()) == aborts, job.stderr()
+    assert "Traceback" not in job.stderr() and "BAD TERMINATION" not in job.stdout()
+
+
+def run_tool_at_its_level(tmp_path, *argv):
+    """A tool of TOOLS (tests/scripts/end_in_mpi.py, which prints its MPI's thread level) run by
+    ``python -m bench``'s main under mpiexec, with train's thread level (``--overlap``)."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import bench.tools as t; from bench.__main__ import main; "
+            "t.TOOLS['level'] = t.Tool('end_in_mpi', 'the thread level', True, t.overlapping); "
+            "sys.exit(main(['level', *sys.argv[2:]]))")
+    job = Job(tmp_path, ["-c", code, str(ROOT / "tests" / "scripts"), *argv], ranks=2)
+    assert job.end(timeout=60)[0] == 0, job.stderr()
+    return sorted(job.stdout().splitlines())
+
+
+def test_tools_run_at_mpi_thread_single_and_an_overlapping_train_at_serialized(tmp_path):
+    assert run_tool_at_its_level(tmp_path, "--algo", "ring") == ["rank 0: MPI_THREAD_SINGLE", "rank 1: MPI_THREAD_SINGLE"]
+    assert run_tool_at_its_level(tmp_path, "--overlap", "off,on") == ["rank 0: MPI_THREAD_SERIALIZED",
+                                                                      "rank 1: MPI_THREAD_SERIALIZED"]
+
+
+def test_the_sweep_runs_at_mpi_thread_single_and_says_so(tmp_path):
+    document = tmp_path / "sweep.json"
+    job = Job(tmp_path, [*SHORT, "--log", "none", "-J", str(document)], ranks=2)
+    assert job.end(timeout=60)[0] == 0, job.stderr()
+    assert json.loads(document.read_text())["allreduce_bench"]["thread_level"] == "MPI_THREAD_SINGLE"
+    assert re.search(r"^# Algorithm: ring .*  MPI: .*  Threads: MPI_THREAD_SINGLE$", job.stdout(), re.M), job.stdout()
 
 
 # ------------------------------------------------------------------ outputs
@@ -234,7 +286,8 @@ SETTINGS = {"ALLREDUCE_TRANSPORT": "direct", "ALLREDUCE_CUDA_AWARE": "1", "ALLRE
             "ALLREDUCE_IPC_MAX_BYTES": "4096", "ALLREDUCE_SHM_BY_PAGES": "1", "ALLREDUCE_NODE_MAP": "0,0,1",
             "ALLREDUCE_HIER_ACROSS": "bamtree", "ALLREDUCE_ONESHOT_BYTES": "4096", "ALLREDUCE_TWOSHOT_BYTES": "4096",
             "ALLREDUCE_KERNEL_COPY": "0",
-            "ALLREDUCE_RADIX": "3", "ALLREDUCE_TUNING_FILE": "results/tuning-elsewhere-3r.json"}
+            "ALLREDUCE_RADIX": "3", "ALLREDUCE_TUNING_FILE": "results/tuning-elsewhere-3r.json",
+            "ALLREDUCE_BF16_KERNEL": "ml_dtypes"}
 
 
 def test_every_wire_setting_is_listed_here():

@@ -83,18 +83,26 @@ def test_nccl_tests_command_line_runs_with_t_g_and_r(tmp_path):
 
 def test_run_cycles_print_and_log_every_cycle(tmp_path):
     log, document = tmp_path / "log.jsonl", tmp_path / "run.json"
-    proc = bench(2, *SMALL, "-N", "3", "--algo", "ring,mpi", "--log", str(log), "-J", str(document), "--quiet")
+    proc = bench(2, *SMALL, "-N", "3", "--rounds", "3", "--algo", "ring,mpi", "--log", str(log), "-J", str(document),
+                 "--quiet")
     assert proc.returncode == 0, proc.stderr
     assert len(table_rows(proc.stdout)) == 2 * 3 * 2
     rows = rows_of(log)
+    # the algorithms take turns within every size: each size's rows finish together
     assert [(r["algorithm"], r["cycle"], r["size"]) for r in rows] == [
-        (a, c, s) for a in ("ring", "mpi") for c in (1, 2, 3) for s in (8192, 65536)]
+        (a, c, s) for c in (1, 2, 3) for s in (8192, 65536) for a in ("ring", "mpi")]
+    # each algorithm's table prints whole, every cycle's rows in it
+    assert [r[0] for r in table_rows(proc.stdout)] == ["8192", "65536"] * 6
     saved = json.loads(document.read_text())
     assert len(saved["results"]) == 12 and saved["config"]["run_cycles"] == 3
-    # the summary takes the median of the cycles, out of place
-    ring = sorted(r["out_of_place"]["bus_bw"] for r in rows if r["algorithm"] == "ring" and r["size"] == 8192)
+    # the summary pools every cycle's rounds: busbw from the median of the 3 x 3 round times, out of place
+    pooled = sorted(t for r in rows if r["algorithm"] == "ring" and r["size"] == 8192
+                    for t in r["out_of_place"]["round_times_us"])
+    assert len(pooled) == 9
+    median_us = pooled[4]
     entry = next(e for e in saved["summary_by_size"] if e["size"] == 8192)
-    assert entry["busbw"]["ring"] == pytest.approx(ring[1])
+    assert entry["rounds"] == 9 and entry["time_us"]["ring"] == pytest.approx(median_us)
+    assert entry["busbw"]["ring"] == pytest.approx(8192 / (median_us * 1e-6) / 1e9)  # 2 ranks: busbw = algbw
 
 
 def test_run_cycles_0_runs_until_stopped(tmp_path):
@@ -133,7 +141,7 @@ def test_aggregated_iterations_run_m_calls_per_iteration():
 
 def test_agg_iters_timestamps_and_cputime_in_table_and_json(tmp_path):
     document = tmp_path / "run.json"
-    proc = bench(2, *SMALL, "-m", "4", "-S", "1", "-C", "1", "--algo", "ring,mpi", "--log", "none",
+    proc = bench(2, *SMALL, "-m", "4", "-S", "1", "-C", "1", "--rounds", "3", "--algo", "ring,mpi", "--log", "none",
                  "-J", str(document), "--quiet")
     assert proc.returncode == 0, proc.stderr
     assert " agg iters: 4 " in proc.stdout
@@ -146,8 +154,11 @@ def test_agg_iters_timestamps_and_cputime_in_table_and_json(tmp_path):
     saved = json.loads(document.read_text())
     assert saved["config"]["aggregated_iterations"] == 4 and saved["config"]["report_cputime"] == "true"
     for r in saved["results"]:
-        assert set(r["out_of_place"]) == {"cpu_time", "alg_bw", "bus_bw", "nwrong"}
+        assert set(r["out_of_place"]) == {"cpu_time", "alg_bw", "bus_bw", "nwrong", "time_ci", "round_times_us",
+                                          "cpu_time_ci", "round_cpu_times_us"}
         assert r["out_of_place"]["cpu_time"] > 0 and re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", r["timestamp"])
+        host = sorted(r["out_of_place"]["round_cpu_times_us"])  # the host's time: the median of 3 rounds
+        assert len(host) == 3 and r["out_of_place"]["cpu_time"] == pytest.approx(host[1])
 
 
 def test_the_tools_read_a_cputime_run(tmp_path):
@@ -198,7 +209,8 @@ def test_memory_line_after_every_table(tmp_path):
 @pytest.mark.parametrize("extra", [[], ["-R", "1"]], ids=["plain", "registered"])
 def test_unaligned_buffers_are_exact_for_every_algorithm(tmp_path, extra):
     proc = bench(3, "-b", "96", "-e", "96K", "-f", "32", "-n", "2", "-w", "1", "-u", "3", "-d", "all", "-o", "sum",
-                 "--algo", "ps,ring,tree,dbtree,rd,mpi", "--log", "none", "--quiet", *extra, timeout=300)
+                 "--rounds", "2", "--algo", "ps,ring,tree,dbtree,rd,mpi", "--log", "none", "--quiet", *extra,
+                 timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
     assert proc.stdout.count("# Buffers: unaligned by 3 elements (-u)") == 6
     rows = table_rows(proc.stdout)
@@ -222,23 +234,76 @@ def test_oversubscription_is_said_in_stderr_every_header_and_the_json(tmp_path):
     assert json.loads(document.read_text())["config"]["oversubscribed"] == "false"
 
 
-def test_summary_names_the_fastest_and_its_ratio_to_mpi(tmp_path):
+def _median(values):
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def _ten_round_interval(values):
+    """Median and 95% interval of 10 values by order statistics, worked out by hand: [x_(2), x_(9)]
+    holds the median with 1 - 2 (1 + 10) / 2^10 = 97.9%, [x_(3), x_(8)] with only 89%."""
+    assert len(values) == 10
+    ordered = sorted(values)
+    return _median(ordered), ordered[1], ordered[8]
+
+
+RATIO_CELL = re.compile(r"(itself|-|(\S+)x \[(\S+), (\S+)\]( tie)?)")
+
+
+def test_summary_names_the_fastest_its_ties_and_paired_ratios(tmp_path):
+    """The summary's verdicts, each worked out here from the rows' round times in the JSON: the
+    fastest (least median time) or "tie", the runner-up, and each ratio (the other's time over
+    the fastest's in the same round) with its interval; the busbw table holds every median."""
+    from bench.formats.tables import significant
+
     document = tmp_path / "run.json"
-    proc = bench(2, "-b", "8", "-e", "1M", "-f", "32", "-n", "5", "-w", "1", "--algo", "ring,rd,tree,mpi",
-                 "--log", "none", "-J", str(document), "--quiet")
+    proc = bench(2, "-b", "8", "-e", "1M", "-f", "32", "-n", "5", "-w", "1", "--rounds", "10",
+                 "--algo", "ring,rd,tree,mpi", "--log", "none", "-J", str(document), "--quiet")
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout[proc.stdout.rindex("# Out of bounds values"):]
     block = text[text.index("# Summary"):].splitlines()
     assert all(line.startswith("#") and len(line) <= 120 for line in block)
+    assert block[0] == "# Summary: busbw (GB/s, out of place) of every algorithm per size, the median of 10 rounds"
     rows = json.loads(document.read_text())["results"]
-    for line in block[3:]:
+    times = {(r["size"], r["algorithm"]): r["out_of_place"]["round_times_us"] for r in rows}
+    sizes = [8, 256, 8192, 262144]
+    busbw_lines = block[block.index("#       size     ring       rd     tree      mpi") + 1:][:4]
+    for line, size in zip(busbw_lines, sizes):
         fields = line.lstrip("#").split()
-        size = int(fields[0])
-        busbw = {r["algorithm"]: r["out_of_place"]["bus_bw"] for r in rows if r["size"] == size}
-        fastest = max(busbw, key=busbw.get)
-        assert fields[5] == fastest and float(fields[6].rstrip("x")) == pytest.approx(
-            busbw[fastest] / busbw["mpi"], rel=0.01)
-    assert len(block) == 3 + 4  # title, type and op, header, four sizes
+        assert int(fields[0]) == size
+        for name, shown in zip(("ring", "rd", "tree", "mpi"), fields[1:]):
+            assert shown == significant(size / (_median(times[size, name]) * 1e-6) / 1e9)
+    header = next(i for i, line in enumerate(block) if line.startswith("#       size  fastest runner-up"))
+    verdicts = block[header + 1:header + 5]
+    for line, size in zip(verdicts, sizes):
+        fields = line.lstrip("#").split()
+        assert int(fields[0]) == size
+        medians = {name: _median(times[size, name]) for name in ("ring", "rd", "tree", "mpi")}
+        best, runner_up = sorted(medians, key=medians.get)[:2]
+
+        def ratio(name):
+            return _ten_round_interval([a / b for a, b in zip(times[size, name], times[size, best])])
+
+        ties = [n for n in medians if n != best and ratio(n)[1] <= 1 <= ratio(n)[2]]
+        assert fields[1] == ("tie" if ties else best) and fields[2] == runner_up, (line, medians)
+        cells = [m[0] for m in RATIO_CELL.findall(line.split(runner_up, 1)[1])]
+        assert len(cells) == 2, line
+        for cell, name in zip(cells, (runner_up, "mpi")):
+            if name == best:
+                assert cell == "itself"
+                continue
+            median, low, high = ratio(name)
+            tie = " tie" if low <= 1 <= high else ""
+            assert cell == f"{significant(median)}x [{significant(low)}, {significant(high)}]{tie}", (cell, name)
+        tie_line = [l for l in block[header + 5:] if l.lstrip("#").split()[:1] == [str(size)]]
+        if ties:  # named, the fastest first
+            assert tie_line and tie_line[0].lstrip("#").split(None, 1)[1].split(", ")[0] == best
+            assert set(tie_line[0].lstrip("#").split(None, 1)[1].split(", ")) == {best, *ties}
+        else:
+            assert tie_line == []
+    summary = json.loads(document.read_text())["summary_by_size"]
+    assert [e["size"] for e in summary] == sizes and all(e["rounds"] == 10 for e in summary)
 
 
 def test_progress_lines_and_the_log_path(tmp_path):
@@ -248,7 +313,7 @@ def test_progress_lines_and_the_log_path(tmp_path):
     assert f"# Writing every row to {log} as it finishes" in proc.stdout
     progress = re.findall(r"^python -m bench: (\w+) float sum: (\d+) B done \((\d)/2\), busbw \S+ GB/s$",
                           proc.stderr, re.M)
-    assert progress == [("ring", "8192", "1"), ("ring", "65536", "2"), ("mpi", "8192", "1"), ("mpi", "65536", "2")]
+    assert progress == [("ring", "8192", "1"), ("mpi", "8192", "1"), ("ring", "65536", "2"), ("mpi", "65536", "2")]
     quiet = bench(2, *SMALL, "--algo", "ring", "--log", "none", "--quiet")
     assert quiet.returncode == 0 and "done (" not in quiet.stderr
 

@@ -77,15 +77,19 @@ def test_tune_writes_a_bfloat16_table_without_native(tmp_path):
     assert all(set(r["order"]) == {"native", "ring", "rd"} for r in rules if r["dtype"] == "float32")
 
 
-def test_pytorch_kernels_give_the_bits_of_ml_dtypes_for_every_bfloat16_value():
-    """Where PyTorch is imported, long bfloat16 vectors are added, multiplied and divided by its
+def test_pytorch_kernels_give_the_bits_of_ml_dtypes_for_every_bfloat16_value(monkeypatch):
+    """Where PyTorch is installed, long bfloat16 vectors are added, multiplied and divided by its
     kernels (algorithms.ops): every one of the 65536 values against 64 others, and divided by
-    the rank counts 2-9, must give the bits ml_dtypes' ufuncs give (NaN: a NaN)."""
+    the rank counts 2-9, must give the bits ml_dtypes' ufuncs give (NaN: a NaN), and PyTorch's
+    profiler must see its operator run for each."""
     torch = pytest.importorskip("torch")
     import ml_dtypes
     import numpy as np
+    from torch.profiler import ProfilerActivity, profile
 
     from algorithms.ops import TORCH_FROM, combiner, divider
+
+    monkeypatch.delenv("ALLREDUCE_BF16_KERNEL", raising=False)
 
     every = np.arange(1 << 16, dtype=np.uint16).view(ml_dtypes.bfloat16)
     a = np.repeat(every, 64)
@@ -97,14 +101,76 @@ def test_pytorch_kernels_give_the_bits_of_ml_dtypes_for_every_bfloat16_value():
         assert np.array_equal(np.isnan(got.astype(np.float32)), nan)
         assert np.array_equal(got.view(np.uint16)[~nan], want.view(np.uint16)[~nan])
 
+    def ran(name, call):
+        with profile(activities=[ProfilerActivity.CPU]) as recorded:
+            call()
+        assert sum(event.name == name for event in recorded.events()) == 1, name
+
     with np.errstate(all="ignore"):  # infinities and NaN among the values
-        for op, ufunc in (("sum", np.add), ("prod", np.multiply)):
+        for op, ufunc, name in (("sum", np.add, "aten::add"), ("prod", np.multiply, "aten::mul")):
             out = np.empty_like(a)
-            combine = combiner(np, op)
-            assert combine is not ufunc  # the PyTorch path is taken
-            combine(a, b, out)
+            ran(name, lambda: combiner(np, op)(a, b, out))
             same(out, ufunc(a, b))
         for n in range(2, 10):
             out = np.empty_like(a)
-            divider(np)(a, n, out)
+            ran("aten::div", lambda: divider(np)(a, n, out))
             same(out, np.divide(a, n))
+
+
+def kernel_used(ranks, algorithm, op, env=None):
+    """Every rank's view of the kernel its bfloat16 all-reduce ran (tests/scripts/bf16_kernel_used.py)."""
+    proc = run_mpi(ranks, ["tests/scripts/bf16_kernel_used.py", algorithm, op], timeout=180, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("ranks,algorithm,op", [(2, "ring", "sum"), (3, "ring", "sum"), (2, "ring", "avg"),
+                                                (2, "rd", "prod")])
+def test_pytorch_reduces_bfloat16_where_installed_though_nothing_imported_it(ranks, algorithm, op):
+    """PyTorch installed, not imported: the all-reduce loads it and its profiler sees its
+    kernels run on every rank (avg: the division too), exact, the caller's 2 threads left as
+    they were (the kernel runs on one: algorithms.ops)."""
+    pytest.importorskip("torch")
+    operators = {"sum": {"aten::add"}, "avg": {"aten::add", "aten::div"}, "prod": {"aten::mul"}}[op]
+    views = kernel_used(ranks, algorithm, op, env={"ALLREDUCE_BF16_KERNEL": "auto"})
+    assert len(views) == ranks
+    for view in views:
+        assert not view["torch_before"] and view["torch_after_first_call"], view
+        assert set(view["aten"]) == operators and min(view["aten"].values()) >= 1, view
+        assert view["first_exact"] and view["second_exact"] and view["threads_after"] == 2, view
+
+
+def test_ml_dtypes_reduces_bfloat16_where_told_even_with_pytorch_imported():
+    """ALLREDUCE_BF16_KERNEL=ml_dtypes: PyTorch is neither loaded nor run, imported or not."""
+    pytest.importorskip("torch")
+    for view in kernel_used(2, "ring", "avg", env={"ALLREDUCE_BF16_KERNEL": "ml_dtypes"}):
+        assert not view["torch_after_first_call"] and view["aten"] == {}, view
+        assert view["first_exact"] and view["second_exact"], view
+
+
+def kernel_lines(ranks, algos, tmp_path, env=None):
+    """(the header's "# Kernels:" lines, the JSON's kernels) of a bfloat16 run of ``algos``."""
+    document = tmp_path / f"{algos}.json"
+    proc = run_mpi(ranks, ["-m", "bench", "-b", "64K", "-e", "64K", "-n", "2", "-w", "1", "--algo", algos,
+                           "-d", "bf16", "-J", str(document), "--log", "none", "--quiet"], timeout=180, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = {line for line in proc.stdout.splitlines() if line.startswith("# Kernels:")}
+    return lines, json.loads(document.read_text())["allreduce_bench"]["kernels"]
+
+
+def test_ring_alone_and_beside_gloo_name_the_same_bfloat16_kernel(tmp_path):
+    """The header and the JSON name PyTorch (its installed version) whether or not gloo, which
+    imports it, runs too; told ml_dtypes, they name ml_dtypes."""
+    pytest.importorskip("torch.distributed")
+    from importlib.metadata import version
+
+    auto = {"ALLREDUCE_BF16_KERNEL": "auto"}
+    alone, beside = kernel_lines(2, "ring", tmp_path, auto), kernel_lines(2, "ring,gloo", tmp_path, auto)
+    assert alone == beside
+    (line,), kernels = alone
+    assert line.startswith(f"# Kernels: bfloat16: PyTorch {version('torch')} (sum, prod, avg from 8192 elements"), line
+    assert kernels["bfloat16"] == line.removeprefix("# Kernels: bfloat16: ")
+    assert kernels["float32"] == f"NumPy {version('numpy')}" and kernels["float8_e4m3fn"].startswith("ml_dtypes ")
+    (told,), kernels = kernel_lines(1, "ring", tmp_path, {"ALLREDUCE_BF16_KERNEL": "ml_dtypes"})
+    assert told == f"# Kernels: bfloat16: ml_dtypes {version('ml_dtypes')} (ALLREDUCE_BF16_KERNEL=ml_dtypes)"
+    assert kernels["bfloat16"] == told.removeprefix("# Kernels: bfloat16: ")

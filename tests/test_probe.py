@@ -44,6 +44,10 @@ def test_probe_writes_a_valid_matrix(tmp_path, ranks, mode, rounds):
     assert matrix.nodes == [0] * ranks and matrix.ports is None and matrix.measured["ports"] is None
     assert matrix.measured["rounds_within_nodes"] == rounds and matrix.measured["rounds_between_nodes"] == 0
     assert "ports" not in proc.stderr and "nodes" not in proc.stderr
+    # the lower bound's floor, timed in C: every pair's ping-pong and flag, the host's copies
+    floor = matrix.floor()
+    assert floor["problem"] is None and (floor["mpi_us"][off] > 0).all() and (floor["flag_us"][off] > 0).all()
+    assert floor["copy_GBps"].min() > 0 and len(matrix.measured["floor"]["hosts"][socket.gethostname()]["copy_GBps"]) == 8
     # one machine: every rank, the cores they may run on (mpiexec binds nothing here)
     assert matrix.measured["machines"] == [{"ranks": list(range(ranks)), "hosts": [socket.gethostname()],
                                             "cores": len(os.sched_getaffinity(0))}]
@@ -76,6 +80,10 @@ def test_probe_sees_two_nodes_of_two_ranks(tmp_path):
     assert sorted(ports) == ["egress", "ingress"] and all(len(ports[d]) == 2 and (ports[d] > 0).all() for d in ports)
     assert measured["ports"]["peers"] == 1 and measured["ports"]["bytes"] == 65536
     assert measured["ports"]["peer_nodes"] == [[1], [0]] and "egress" in measured["ports"]["method"]
+    # between the nodes the leaders' C ping-pong stands for every rank pair, and no flag is timed
+    floor = matrix.floor()
+    assert (floor["mpi_us"][np.ix_([0, 1], [2, 3])] == floor["mpi_us"][0, 2]).all() and floor["mpi_us"][0, 2] > 0
+    assert np.isnan(floor["flag_us"][np.ix_([0, 1], [2, 3])]).all() and floor["flag_us"][0, 1] > 0
 
 
 def test_probe_with_a_rank_per_node_is_the_pairwise_probe_plus_ports(tmp_path):

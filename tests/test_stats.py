@@ -74,3 +74,7 @@ def test_round_order_rotates_every_candidate_through_every_place():
     assert orders == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"]]
     for place in range(3):
         assert {order[place] for order in orders} == set(names)
+
+
+def test_full_rounds_is_the_fewest_that_reach_the_level():
+    assert stats.rank_coverage(stats.FULL_ROUNDS, 1) >= stats.LEVEL > stats.rank_coverage(stats.FULL_ROUNDS - 1, 1)

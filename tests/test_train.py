@@ -1,13 +1,18 @@
-"""``python -m bench train`` end to end under a real mpiexec, on a tiny model: the table, the -J
+"""``python -m bench train`` end to end under a real mpiexec, on a tiny model: the tables, the -J
 document's fields against what they must be (bytes a step = parameters x item size, exposed =
-step - compute, parameters the same on every rank, noop's differing), the plot, an all-reducing run
+step - compute in each round, parameters the same on every rank, noop's differing), every
+figure's interval against its per-round values by order statistics computed here, the ratios
+against gloo paired round by round, the rounds' rotated order, the plot, an all-reducing run
 whose parameters differ (exit 1), bad flags (one line, exit 2 on every rank), PyTorch missing;
 ``bench scaling --train`` reading the document; the shared model of exposed communication; the
-overlapping hook's refusal below MPI_THREAD_SERIALIZED."""
+target and tie rules on synthetic values; the overlapping hook's refusal below
+MPI_THREAD_SERIALIZED."""
 
 import json
+import math
 import os
 import re
+import statistics
 import subprocess
 import sys
 
@@ -15,32 +20,119 @@ import pytest
 from conftest import ROOT, run_mpi
 
 from bench.baselines.gloo import problem as gloo_problem
+from bench.formats.stats import Interval, paired_ratio, verdict
 from bench.tools.scaling import exposed_after, exposed_time
+from bench.tools.train import hook_target
 
 needs_torch = pytest.mark.skipif(gloo_problem() is not None, reason=gloo_problem() or "")
 
 LAYERS, WIDTH = 2, 64  # 2 x (64 x 64 + 64) = 8320 parameters
 PARAMETERS = LAYERS * (WIDTH * WIDTH + WIDTH)
-TINY = ["--layers", str(LAYERS), "--width", str(WIDTH), "--batch", "4", "--warmup", "1", "--steps", "3"]
+ROUNDS, STEPS = 6, 2  # 6 rounds: the fewest whose interval of the median reaches 95%
+TINY = ["--layers", str(LAYERS), "--width", str(WIDTH), "--batch", "4", "--warmup", "1", "--steps", str(STEPS),
+        "--rounds", str(ROUNDS)]
 KEYS = {"algorithm", "bucket_mb", "dtype", "step_ms", "step_p95_ms", "compute_ms", "exposed_ms", "model_step_ms",
         "params_identical", "bytes_per_step", "buckets", "busbw", "overlap", "vs_gloo_max_rel_diff",
-        "overlap_reached", "backward_ms"}
+        "overlap_reached", "backward_ms", "step", "compute", "exposed", "model_step", "backward", "step_vs_gloo",
+        "exposed_vs_gloo", "rounds"}
 
 
-def train(ranks, tmp_path, *args, env=None, timeout=150):
+def train(ranks, tmp_path, *args, env=None, timeout=300):
     document = tmp_path / "train.json"
     proc = run_mpi(ranks, ["-m", "bench", "train", *TINY, "-J", str(document), *args], timeout, env)
     return proc, (json.loads(document.read_text()) if document.exists() else None)
 
 
 def rows(text):
-    """{(label, bucket, dtype): cells} of the table's rows."""
-    found = {}
+    """({(label, bucket, dtype): cells} of the table of times, the same of the second table): a
+    row's cells are two or more spaces apart (an interval, "1.2 [1.1, 1.3]", holds single ones)."""
+    times, checks = {}, {}
     for line in text.splitlines():
-        cells = line.split()
-        if line.startswith("  ") and len(cells) == 12:
-            found[cells[0], cells[1], cells[2]] = cells
-    return found
+        cells = re.split(r"\s{2,}", line.strip())
+        if line.startswith("  ") and len(cells) in (8, 9):
+            (times if len(cells) == 8 else checks)[cells[0], cells[1], cells[2]] = cells
+    return times, checks
+
+
+def label(run):
+    return run["algorithm"] + ("+ovl" if run["overlap"] and run["algorithm"] != "gloo" else "")
+
+
+def order_interval(values):
+    """(median, low, high, coverage) by order statistics, worked out here: of the sorted values,
+    [x_(k), x_(n+1-k)] for the largest k that holds the median with 95% (1 - 2 P(B <= k-1), B ~
+    Binomial(n, 1/2)), the whole range where none does."""
+    ordered, n = sorted(values), len(values)
+
+    def cover(k):
+        return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2 ** n
+    k = max([k for k in range(1, (n + 1) // 2 + 1) if cover(k) >= 0.95], default=1)
+    return (ordered[(n - 1) // 2] + ordered[n // 2]) / 2, ordered[k - 1], ordered[n - k], cover(k)
+
+
+def check_figure(figure, values):
+    """A -J figure ({"median", "ci_low", "ci_high", "rounds", "coverage"}) against its values."""
+    median, low, high, cover = order_interval(values)
+    assert figure["rounds"] == len(values)
+    assert [figure["median"], figure["ci_low"], figure["ci_high"]] == pytest.approx([median, low, high])
+    assert figure["coverage"] == pytest.approx(cover, abs=1e-4)
+
+
+def check_rounds(document):
+    """Every run's figures against its per-round values: a round's step the median of its steps,
+    compute the noop run's step of the same round, exposed their difference, each interval by
+    order statistics; the ratios against gloo each round's own; the hook's target judged on its
+    interval; every configuration once a round, the order rotated by one each round."""
+    runs = document["runs"]
+    rounds = document["rounds"]
+    assert rounds == ROUNDS and document["steps"] == STEPS
+    for j, run in enumerate(runs):
+        assert run["rounds"]["place"] == [(j - i) % len(runs) for i in range(rounds)]
+    groups = {}
+    for run in runs:
+        groups.setdefault((run["bucket_mb"], run["dtype"]), {})[label(run)] = run
+    for group in groups.values():
+        noop, gloo = group["noop"], group.get("gloo")
+        for run in group.values():
+            per = run["rounds"]
+            assert [len(steps) for steps in per["steps_ms"]] == [STEPS] * rounds
+            assert per["step_ms"] == pytest.approx([statistics.median(steps) for steps in per["steps_ms"]])
+            assert per["compute_ms"] == noop["rounds"]["step_ms"]
+            assert per["exposed_ms"] == pytest.approx([s - c for s, c in zip(per["step_ms"], per["compute_ms"])])
+            for name in ("step", "compute", "exposed", "model_step", "backward"):
+                check_figure(run[name], per[f"{name}_ms"])
+                assert run[f"{name}_ms"] == run[name]["median"]
+            for bucket in run["buckets"]:
+                check_figure(bucket["allreduce"], bucket["rounds"]["allreduce_ms"])
+                check_figure(bucket["ready"], bucket["rounds"]["ready_ms"])
+                ratio = bucket["hook_over_bare"]
+                assert (ratio is None) == (run["algorithm"] in ("gloo", "noop"))
+                if ratio is not None:
+                    each = [h / b for h, b in zip(bucket["rounds"]["hook_alone_ms"], bucket["rounds"]["allreduce_ms"])]
+                    assert bucket["rounds"]["hook_over_bare"] == pytest.approx(each)
+                    check_figure(ratio, each)
+                    assert ratio["target"] == ("met" if ratio["ci_high"] <= 1.05 else
+                                               "missed" if ratio["ci_low"] > 1.05 else "undecided")
+            if gloo is None or run["algorithm"] in ("gloo", "noop"):
+                assert run["exposed_vs_gloo"] is None and run["step_vs_gloo"] is None
+                continue
+            for name in ("step", "exposed"):
+                each = [a / b if b > 0 else None for a, b in zip(per[f"{name}_ms"], gloo["rounds"][f"{name}_ms"])]
+                assert [r is None for r in per[f"{name}_vs_gloo"]] == [r is None for r in each]
+                kept = [r for r in each if r is not None]
+                assert [r for r in per[f"{name}_vs_gloo"] if r is not None] == pytest.approx(kept)
+                ratio = run[f"{name}_vs_gloo"]
+                if not kept:
+                    assert ratio is None
+                    continue
+                check_figure(ratio, kept)
+                assert ratio["verdict"] == ("tie" if ratio["ci_low"] <= 1 <= ratio["ci_high"] else
+                                            "higher" if ratio["ci_low"] > 1 else "lower")
+
+
+def cell_figure(cell):
+    """[median, low, high] of a table's "1.23 [1.10, 1.40]" (or "0.5x [...]")."""
+    return [float(v) for v in re.fullmatch(r"(\S+?)x? \[(\S+), (\S+)\]", cell).groups()]
 
 
 @pytest.fixture(scope="module")
@@ -65,39 +157,57 @@ def test_two_ranks_table_and_document(two_ranks):
     assert document["machine"]["mpi"] and document["machine"]["commit"] and document["torch"]
     header = proc.stdout.split("\n  ")[0].replace("\n#   ", " ")  # comment lines wrap at 120 columns
     for phrase in ("2 ranks on 1 node", "torch ", "MPI: ", f"{PARAMETERS:,} parameters", "1 torch thread",
-                   "1 warm-up + 3 timed steps"):
+                   f"1 warm-up step, then {ROUNDS} rounds of {STEPS} timed steps", "order rotated by one each round",
+                   "not a prediction"):
         assert phrase in header, phrase
+    assert "reach no 95% interval" not in proc.stdout  # 6 rounds do
     runs = document["runs"]
     # per bucket cap and dtype: noop, gloo, then auto and ring, each off and on
     assert len(runs) == 2 * 2 * 6
     assert [r["algorithm"] for r in runs[:6]] == ["noop", "gloo", "auto", "auto", "ring", "ring"]
-    table = rows(proc.stdout)
-    assert len(table) == len(runs)
+    check_rounds(document)
+    times, checks = rows(proc.stdout)
+    assert len(times) == len(checks) == len(runs)
     for run in runs:
         assert KEYS <= set(run), KEYS - set(run)
         itemsize = 4 if run["dtype"] == "fp32" else 2
         assert run["bytes_per_step"] == PARAMETERS * itemsize == sum(b["bytes"] for b in run["buckets"])
-        assert run["step_p95_ms"] >= run["step_ms"] > 0 and run["compute_ms"] > 0
-        assert run["exposed_ms"] == pytest.approx(run["step_ms"] - run["compute_ms"])
+        every = [t for steps in run["rounds"]["steps_ms"] for t in steps]
+        assert run["step_p95_ms"] == sorted(every)[-(-len(every) * 95 // 100) - 1] > 0 and run["compute_ms"] > 0
         assert run["model_step_ms"] >= run["compute_ms"]
-        label = run["algorithm"] + ("+ovl" if run["overlap"] and run["algorithm"] != "gloo" else "")
-        cells = table[label, f"{run['bucket_mb']:g}", run["dtype"]]
-        assert float(cells[3]) == pytest.approx(run["step_ms"], abs=0.051)
+        key = label(run), f"{run['bucket_mb']:g}", run["dtype"]
+        cells, more = times[key], checks[key]
+        for cell, name in zip(cells[3:6], ("step", "compute", "exposed")):  # 3 significant digits
+            figure = run[name]
+            assert cell_figure(cell) == pytest.approx([figure["median"], figure["ci_low"], figure["ci_high"]],
+                                                      rel=6e-3, abs=1e-9), (key, name)
+        ratio = run["exposed_vs_gloo"]
+        assert cells[6:] == ["-", "-"] if ratio is None else cells[7] == ratio["verdict"]
+        if ratio is not None:
+            assert cell_figure(cells[6]) == pytest.approx([ratio["median"], ratio["ci_low"], ratio["ci_high"]],
+                                                          rel=6e-3, abs=1e-9)
         if run["algorithm"] == "noop":
-            assert run["params_identical"] is False and cells[10] == "differ"  # each rank its own gradients
+            assert run["params_identical"] is False and more[7] == "differ"  # each rank its own gradients
             assert run["busbw"] is None and run["model_step_ms"] == run["compute_ms"] == run["step_ms"]
             continue
-        assert run["params_identical"] is True and cells[10] == "same"
+        assert run["params_identical"] is True and more[7] == "same"
         assert run["busbw"] > 0 and all(b["allreduce_ms"] > 0 for b in run["buckets"])
         if run["algorithm"] != "gloo":  # at 2 ranks dividing by 2 is exact: gloo's bits exactly
             assert run["vs_gloo_max_rel_diff"] == 0.0 and run["overlap_reached"] is not None
-            assert run["overlap"] == (label.endswith("+ovl"))
+            assert run["overlap"] == key[0].endswith("+ovl")
             assert run["overlap_reached"] == 0.0 if not run["overlap"] else 0 <= run["overlap_reached"] <= 1
     few = [r for r in runs if r["bucket_mb"] == 0.005 and r["algorithm"] == "noop"]
     assert all(len(r["buckets"]) >= 2 for r in few)  # 5 KiB buckets: several
-    ready = [b["ready_ms"] for b in few[0]["buckets"]]
-    assert ready == sorted(ready) and few[0]["backward_ms"] == ready[-1]
-    assert "noop's parameters differ across ranks by construction" in proc.stdout.replace("\n#   ", " ")
+    for i in range(ROUNDS):  # each round's buckets ready in DDP's order, the last at the backward pass's end
+        ready = [b["rounds"]["ready_ms"][i] for b in few[0]["buckets"]]
+        assert ready == sorted(ready) and few[0]["rounds"]["backward_ms"][i] == ready[-1]
+    summary = proc.stdout.replace("\n#   ", " ")
+    assert "noop's parameters differ across ranks by construction" in summary
+    pairs = {(label(r), r["bucket_mb"], r["dtype"], b["bytes"]): b["hook_over_bare"] for r in runs
+             for b in r["buckets"] if b["hook_over_bare"]}
+    targets = [ratio["target"] for ratio in pairs.values()]
+    assert (f"{targets.count('met')} met, {targets.count('missed')} missed, {targets.count('undecided')} undecided "
+            f"of {len(pairs)}") in summary
     assert max(len(line) for line in proc.stdout.splitlines()) <= 120
     png = tmp_path / "train.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20000
@@ -107,24 +217,28 @@ def test_two_ranks_table_and_document(two_ranks):
 def test_model_step_follows_the_runs_own_inputs(two_ranks):
     """model_step_ms recomputed here from the run's own numbers: synchronous hooks add every bucket's
     time, asynchronous all-reduces (gloo, the overlapping hook) expose what ends after the backward pass,
-    and, where the ranks have no core to spare (2 ranks of 2 threads on 2 cores here), their CPU share."""
+    and, where the ranks have no core to spare (2 ranks of 2 threads on 2 cores here), their CPU share;
+    each round from that round's inputs, the run's model the median of the rounds'."""
     _, document, _ = two_ranks
     for run in document["runs"]:
-        times = [b["allreduce_ms"] for b in run["buckets"]]
-        if run["algorithm"] == "noop":
-            expected = run["compute_ms"]
-        elif not run["overlap"]:
-            expected = run["compute_ms"] + sum(times)
-        else:  # where the cores are shared, the all-reduce's CPU share of each bucket is exposed too
-            shared = document["cores_shared"] is not None
-            finish, stolen = 0.0, 0.0
-            for bucket in run["buckets"]:
-                share = bucket["cpu_share"] if shared else 0.0
-                assert 0.0 <= share <= 1.0
-                stolen += bucket["allreduce_ms"] * share
-                finish = max(finish, bucket["ready_ms"]) + bucket["allreduce_ms"] * (1 - share)
-            expected = run["compute_ms"] + stolen + max(finish - run["backward_ms"], 0.0)
-        assert run["model_step_ms"] == pytest.approx(expected), run["algorithm"]
+        for i in range(ROUNDS):
+            compute, backward = run["rounds"]["compute_ms"][i], run["rounds"]["backward_ms"][i]
+            times = [b["rounds"]["allreduce_ms"][i] for b in run["buckets"]]
+            if run["algorithm"] == "noop":
+                expected = compute
+            elif not run["overlap"]:
+                expected = compute + sum(times)
+            else:  # where the cores are shared, the all-reduce's CPU share of each bucket is exposed too
+                shared = document["cores_shared"] is not None
+                finish, stolen = 0.0, 0.0
+                for bucket, took in zip(run["buckets"], times):
+                    share = bucket["rounds"]["cpu_share"][i] if shared else 0.0
+                    assert 0.0 <= share <= 1.0
+                    stolen += took * share
+                    finish = max(finish, bucket["rounds"]["ready_ms"][i]) + took * (1 - share)
+                expected = compute + stolen + max(finish - backward, 0.0)
+            assert run["rounds"]["model_step_ms"][i] == pytest.approx(expected), run["algorithm"]
+        assert run["model_step_ms"] == pytest.approx(statistics.median(run["rounds"]["model_step_ms"]))
 
 
 @needs_torch
@@ -134,6 +248,7 @@ def test_one_and_three_ranks(ranks, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     noop, gloo, auto = document["runs"]
     assert [noop["algorithm"], gloo["algorithm"], auto["algorithm"]] == ["noop", "gloo", "auto"]
+    check_rounds(document)
     assert gloo["params_identical"] and auto["params_identical"]
     assert noop["params_identical"] == (ranks == 1)  # one rank has nothing to differ from
     assert auto["vs_gloo_max_rel_diff"] < 1e-5  # three ranks: the sums' last bits differ
@@ -149,12 +264,33 @@ def test_an_all_reducing_run_whose_parameters_differ_exits_1(tmp_path):
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert [r["params_identical"] for r in document["runs"]] == [False, False, False]
     assert document["complete"] and document["wrong"] == ["gloo (25 MiB, fp32)", "ring (25 MiB, fp32)"]
-    table = rows(proc.stdout)
-    assert [table[a, "25", "fp32"][10] for a in ("noop", "gloo", "ring")] == ["differ", "WRONG", "WRONG"]
+    checks = rows(proc.stdout)[1]
+    assert [checks[a, "25", "fp32"][7] for a in ("noop", "gloo", "ring")] == ["differ", "WRONG", "WRONG"]
     errors = [line for line in proc.stderr.splitlines() if "error" in line]
     assert errors == ["python -m bench train: error: parameters differ across ranks after all-reducing: "
                       "gloo (25 MiB, fp32), ring (25 MiB, fp32)"]
     assert "bit for bit the same" not in proc.stdout
+
+
+def test_target_and_tie_rules_on_synthetic_values():
+    """The hook's target, at most 1.05x, judged on an interval: met where the upper end is at most
+    1.05, missed where the lower end is above, else undecided; against gloo, a tie where the
+    interval holds 1. Paired by round, a ratio steady round after round is decided though the
+    rounds drift by 30%."""
+    def interval(low, high):
+        return Interval((low + high) / 2, low, high, 10, 0.98)
+    assert hook_target(interval(0.98, 1.05)) == "met"
+    assert hook_target(interval(0.98, 1.0501)) == "undecided"
+    assert hook_target(interval(1.05, 1.2)) == "undecided"  # the lower end at the bound, not above it
+    assert hook_target(interval(1.0501, 1.2)) == "missed"
+    bare = [1.0, 1.3, 0.9, 1.1, 1.2, 0.95, 1.05, 1.15, 1.25, 1.0]
+    spread = [0.97, 1.0, 1.03, 1.04, 1.06, 1.08, 1.1, 1.12, 1.02, 1.07]
+    assert hook_target(paired_ratio([b * 1.02 for b in bare], bare)) == "met"
+    assert hook_target(paired_ratio([b * 1.10 for b in bare], bare)) == "missed"
+    assert hook_target(paired_ratio([b * f for b, f in zip(bare, spread)], bare)) == "undecided"
+    assert verdict(paired_ratio([b * f for b, f in zip(bare, spread)], bare)) == "tie"
+    assert verdict(paired_ratio([b * 0.6 for b in bare], bare)) == "lower"
+    assert verdict(paired_ratio([b * 1.3 for b in bare], bare)) == "higher"
 
 
 @pytest.mark.parametrize("args,message", [

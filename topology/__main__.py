@@ -19,7 +19,7 @@ import sys
 
 from . import report
 from .build import METHODS, build_tree, tree_cost
-from .ending import fail_together, run_together
+from .ending import ask_thread_level, fail_together, run_together
 from .files import cannot_write, check_writable
 from .matrix import as_matrix
 from .report import ASYMMETRY, THRESHOLD
@@ -73,6 +73,7 @@ def main(argv=None):
                         "'findings', a list of objects with kind, node or nodes and ranks, value_GBps, ratio; "
                         "'not_judged', the nodes whose links within ran on more ranks than cores")
     args = parser.parse_args(argv)
+    ask_thread_level()  # MPI_THREAD_SINGLE, before the probe starts MPI
 
     if args.command == "probe":
         if args.bytes < 1 or args.reps < 1 or args.warmup < 0:

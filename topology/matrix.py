@@ -11,6 +11,11 @@ A bandwidth of 0 means no link. The file is JSON::
      "measured": {"method": ..., "bytes": ..., "reps": ..., "mpi": ..., "date": ...}}
 
 Version 2 adds the optional node and port fields; version 1 files (without them) still load.
+``measured["floor"]`` (the probe's, :mod:`.floor`) holds what the lower bound of any all-reduce
+needs (:mod:`.model.lower_bound`): ``mpi_us`` and ``flag_us``, S x S, half the least round trip
+of a 1-byte MPI ping-pong timed in C and of a flag in shared memory (null where not measured),
+and ``hosts``: {host: {"cpu": ..., "copy_GBps": {bytes: GB/s}}}, its fastest copies; or
+``problem`` alone, why they could not be measured. Files without it (older probes) still load.
 ``nodes`` numbers the nodes 0..K-1; without it every rank is a node of its own. A pair of
 ranks on one node is an intra-node link (shared memory, no port). ``ports_GBps`` holds each
 node's network port (NIC) capacity out of and into the node, shared by all of the node's
@@ -73,6 +78,50 @@ class BandwidthMatrix:
             raise ValueError("uplinks_GBps needs racks: the rack of each node")
         racks = max(self.racks) + 1 if self.racks is not None else 0
         self.uplinks = _in_out(self.uplinks, racks, "uplinks_GBps", ("up", "down"), "rack")
+        self.floor()  # checked here, read where used
+
+    def floor(self):
+        """The lower bound's figures of ``measured["floor"]``, checked: None where there is none;
+        else {"mpi_us", "flag_us": S x S arrays (nan where not measured), "copy_GBps": S, the
+        fastest copy of each rank's host at any size (nan where unknown), "problem": text or None}."""
+        record = self.measured.get("floor") if isinstance(self.measured, dict) else None
+        if record is None:
+            return None
+        if not isinstance(record, dict):
+            raise ValueError(f"'measured'['floor'] is {_kind(record)}, not an object")
+        size = self.size
+        found = {"problem": record.get("problem"), "copy_GBps": np.full(size, np.nan)}
+        for key in ("mpi_us", "flag_us"):
+            rows = record.get(key)
+            if rows is None:
+                found[key] = np.full((size, size), np.nan)
+                continue
+            if not isinstance(rows, list) or len(rows) != size or \
+                    not all(isinstance(row, list) and len(row) == size for row in rows):
+                raise ValueError(f"'measured'['floor'][{key!r}] must be a {size} x {size} matrix")
+            values = [[np.nan if v is None else v for v in row] for row in rows]
+            array = _numbers(values, f"'measured'['floor'][{key!r}]")
+            off = ~np.eye(size, dtype=bool)
+            bad = off & ~np.isnan(array) & ((array < 0) | (array > MAX_LATENCY_US))
+            if bad.any():
+                i, j = np.argwhere(bad)[0]
+                raise ValueError(f"'measured'['floor'][{key!r}][{i}][{j}] is {array[i, j]:g}, not a latency in us")
+            np.fill_diagonal(array, np.nan)
+            found[key] = array
+        hosts = record.get("hosts", {})
+        if not isinstance(hosts, dict):
+            raise ValueError(f"'measured'['floor']['hosts'] is {_kind(hosts)}, not an object")
+        for host, entry in hosts.items():
+            copies = entry.get("copy_GBps") if isinstance(entry, dict) else None
+            if not isinstance(copies, dict) or not copies:
+                raise ValueError(f"'measured'['floor']['hosts'][{host!r}] has no 'copy_GBps' object")
+            rates = _numbers([list(copies.values())], f"'measured'['floor']['hosts'][{host!r}]['copy_GBps']",
+                             square=False)[0]
+            if (~np.isfinite(rates) | (rates <= 0) | (rates > MAX_BANDWIDTH_GBPS)).any():
+                raise ValueError(f"'measured'['floor']['hosts'][{host!r}]['copy_GBps'] holds a rate outside "
+                                 f"(0, {MAX_BANDWIDTH_GBPS:g}] GB/s")
+            found["copy_GBps"][[r for r, h in enumerate(self.hosts) if h == host]] = rates.max()
+        return found
 
     @property
     def size(self):
@@ -97,7 +146,7 @@ class BandwidthMatrix:
         lead = self.leaders()
         return BandwidthMatrix(self.bandwidth[np.ix_(lead, lead)], self.latency[np.ix_(lead, lead)],
                                [self.hosts[r] for r in lead],
-                               {k: v for k, v in self.measured.items() if k != "machines"}, None, self.ports,
+                               {k: v for k, v in self.measured.items() if k not in ("machines", "floor")}, None, self.ports,
                                self.racks, self.uplinks)
 
     def port_capacity(self):

@@ -38,6 +38,10 @@ a copy of it) is impossible: it is stored as that copy bandwidth, flagged in
 the row compare like with like: the links between nodes among themselves (the leaders'
 K x K matrix), and each node's links within it among themselves.
 
+The lower bound's figures (:mod:`.floor`, ``measured["floor"]``): after the pairs, every pair of
+the same schedule times a 1-byte ping-pong in C through MPI, and within a node a flag on a cache
+line of shared memory; each host times its fastest copy at sizes from 4 KiB to 64 MiB.
+
 Ports (K >= 2 nodes; :func:`probe_ports`): node k's egress is measured by sending to
 ``min(K-1, PORT_PEERS)`` other nodes at once (node k's ranks in turn, each sending ``bytes``
 to a different node's leader), its ingress by as many other nodes' leaders sending to it at
@@ -65,6 +69,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from . import floor
 from .matrix import BandwidthMatrix
 
 _TAG = 11
@@ -327,6 +332,7 @@ def probe(comm=None, nbytes=8 << 20, reps=5, warmup=2, mode="rounds", progress=N
         ports, port_record = None, None
         if count > 1:
             ports, port_record = probe_ports(comm, nodes, payload, reps, warmup, copies, hosts, progress, bandwidth)
+        least = floor.measure(comm, nodes, schedule)  # the lower bound's C-timed latencies and copies
         if warn and rank == 0:
             for f in flagged:
                 warn(f"probe: warning: bandwidth {f['from']} -> {f['to']} measured {f['measured_GBps']:.6g} GB/s, "
@@ -358,6 +364,7 @@ def probe(comm=None, nbytes=8 << 20, reps=5, warmup=2, mode="rounds", progress=N
             "remeasured": [list(pair) for pair in again],
             "flagged": flagged,
             "ports": port_record,
+            "floor": least,
             "mpi": MPI.Get_library_version().splitlines()[0].strip(),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         }

@@ -8,7 +8,9 @@ import subprocess
 import numpy
 from mpi4py import MPI
 
+from algorithms.ops import kernels
 from algorithms.transports.pages import thp_mode
+from topology.ending import thread_level_name
 from topology.probe import node_numbers
 from topology.shm import free_bytes, mib, total_bytes
 
@@ -49,7 +51,8 @@ def shm_text():
 def describe():
     """A dict for results files: host, CPU, cores, Python, MPI library, commit, the settings
     that matter (environment; transparent huge pages, which set the speed of MPI's kernel copy:
-    `algorithms.transports.pages`; the size of /dev/shm, which holds the shared windows)."""
+    `algorithms.transports.pages`; the size of /dev/shm, which holds the shared windows; the kernel
+    that reduces each dtype on the CPU: `algorithms.ops.kernels`)."""
     return {
         "host": socket.gethostname(),
         "cpu": cpu_model(),
@@ -58,10 +61,12 @@ def describe():
         "python": platform.python_version(),
         "numpy": numpy.__version__,
         "mpi": MPI.Get_library_version().splitlines()[0].strip(),
+        "thread_level": thread_level_name(),  # what MPI_Init gave: MPI_THREAD_SINGLE, or more where a tool asked
         "commit": commit(),
         "env": relevant_env(),
         "transparent_hugepages": thp_mode(),
         "dev_shm": shm_text(),
+        "kernels": kernels(),
     }
 
 

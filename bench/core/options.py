@@ -25,6 +25,19 @@ from .sizes import parse_size, sweep
 from .timing import AGGREGATIONS
 
 PROG = "python -m bench"
+ROUNDS = 10  # --rounds: 10 rounds give the median a 97.9% interval from the 2nd to the 9th of them
+ROUNDS_VARIABLE = "BENCH_ROUNDS"  # the default of --rounds where set (a quick functional run: 1 or 2)
+
+
+def default_rounds():
+    """--rounds' default: $BENCH_ROUNDS where set (a positive integer), else :data:`ROUNDS`."""
+    text = os.environ.get(ROUNDS_VARIABLE, "").strip()
+    if not text:
+        return ROUNDS
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{ROUNDS_VARIABLE}={text!r}: the default of --rounds must be a positive integer")
+    return int(text)
+
 ALIASES = {"float": "float32", "double": "float64", "half": "float16", "int": "int32",
            "char": "int8", "uint": "uint32", "bf16": "bfloat16", "f8e4m3": "float8_e4m3fn",
            "f8e5m2": "float8_e5m2"}
@@ -37,7 +50,11 @@ An nccl-tests-style sweep of every all-reduce algorithm, run under mpiexec:
 
 Rank 0 prints one table per algorithm (size, count, type, redop, root; then time in us,
 algbw and busbw in GB/s and #wrong, out of place and in place), a summary per size, and
-writes every finished row to the log. Sizes take K, M and G suffixes (powers of 1024).
+writes every finished row to the log. The algorithms take turns in --rounds rounds of each
+size; time is the median of the rounds' means per call, and the summary's ratios, paired by
+round, carry 95% confidence intervals ("tie" where one holds 1). With several algorithms the
+tables print when the sweep ends; the log and -J get every size as it finishes. Sizes take K,
+M and G suffixes (powers of 1024).
 algbw = bytes / time; busbw = algbw x 2(N-1)/N for allreduce, x (N-1)/N for
 reducescatter and allgather, N the rank count (nccl-tests' definition).
 
@@ -132,7 +149,17 @@ def build_parser():
                           "ranks of a node read in place), as nccl-tests -R 1 registers them with NCCL; "
                           "2 (NCCL's symmetric registration) does not apply")
     how.add_argument("-T", "--timeout", type=float, default=0, metavar="SECONDS",
-                     help="end every rank (exit 3) when one size takes longer; 0: never")
+                     help="end every rank (exit 3) when one size (every algorithm's rounds of it) takes "
+                          "longer; 0: never")
+    how.add_argument("--rounds", type=int, default=None, metavar="R",
+                     help="measure each size in R rounds that interleave the algorithms: in every round each "
+                          "algorithm runs its -n calls once, out of place and in place, in an order rotated by "
+                          "one each round, so that a slow moment of the machine falls on all of them alike "
+                          "(warm-up and check once per algorithm and size, before the rounds). The time column "
+                          "is the median over the rounds of each round's mean per call; the JSON keeps every "
+                          "round's time and the median's 95%% confidence interval (order statistics: 6 rounds "
+                          "or more reach 95%%), and the summary's ratios pair the rounds (default: "
+                          f"${ROUNDS_VARIABLE} where set, else {ROUNDS})")
     report = p.add_argument_group("what is reported (as nccl-tests)")
     report.add_argument("-J", "--output_file", metavar="FILE.json",
                         help="nccl-tests' JSON document, written at the start and after every size")
@@ -210,6 +237,18 @@ def parse_args(argv):
         agree_settings(comm)  # ALLREDUCE_* variables: valid, and alike on every rank
     except ValueError as exc:
         p.error(str(exc))
+    if args.rounds is None:  # from $BENCH_ROUNDS: valid, and alike on every rank, or exit 2 on all of them
+        try:
+            mine = default_rounds()
+        except ValueError as exc:
+            mine = str(exc)
+        found = comm.allgather(mine)
+        problem = next((f for f in found if isinstance(f, str)), None)
+        if problem is None and len(set(found)) > 1:
+            problem = f"{ROUNDS_VARIABLE} differs between ranks ({', '.join(map(str, found))}); set it alike, or pass --rounds"
+        if problem:
+            p.error(problem)
+        args.rounds = mine
 
     spec = COLLECTIVES[args.collective]
     known = algorithm_names(spec)
@@ -273,6 +312,8 @@ def parse_args(argv):
             p.error(f"--{flag} must not be negative")
     if args.iters < 1:
         p.error("--iters must be at least 1")
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
     if args.agg_iters < 1:
         p.error("--agg_iters must be at least 1")
     if args.per_iter_skip >= args.iters and args.per_iter_timing:

@@ -1,10 +1,12 @@
 """``mpiexec -n N python -m bench [flags]``: an nccl-tests-style sweep of every algorithm.
 
-The flags (:mod:`.options`) keep nccl-tests' meanings; rank 0 prints one table per
-algorithm, then a summary per size (:mod:`bench.formats.summary`), and saves every finished row
-(:mod:`bench.formats.results`). Exit status: 1 when an element was wrong or a rank failed, 2 for bad
-arguments, settings or files (found before the first size), 3 for a -T timeout, 130 or 143
-when interrupted.
+The flags (:mod:`.options`) keep nccl-tests' meanings. Each size is measured in ``--rounds``
+rounds that interleave the algorithms (:func:`.timing.interleaved`); rank 0 saves every
+finished size's rows as it finishes (:mod:`bench.formats.results`), prints one table per
+algorithm (its rows as they finish when only one runs, else whole once the sweep ends), then a
+summary per size (:mod:`bench.formats.summary`). Exit status: 1 when an element was wrong or a
+rank failed, 2 for bad arguments, settings or files (found before the first size), 3 for a -T
+timeout, 130 or 143 when interrupted.
 """
 
 import contextlib
@@ -22,13 +24,14 @@ from mpi4py import MPI
 
 import algorithms
 from algorithms.arrays import array_module
+from algorithms.ops import kernels_text
 from topology.ending import end_job, fail_together, uncut
 from topology.model import LowerBound, Network
 from topology.probe import probe
 from topology.shm import ShmTooSmall
 
 from ..baselines import BASELINES, find
-from ..formats import summary
+from ..formats import stats, summary
 from ..formats.report import TIMESTAMP_FORMAT, TYPE_NAMES, bandwidths, columns, footer, row
 from ..formats.results import ResultsWriter, bool_text
 from .check import wrong_elements
@@ -38,7 +41,7 @@ from .machine import describe, oversubscription
 from .memory import bytes_needed, check_memory, check_registered_room, reset_peak, resident_bytes, usage_line
 from .options import PROG, launched_alone, parse_args, runs
 from .startup import tuning_problem
-from .timing import AGGREGATIONS, aggregate, iteration_stats, time_calls
+from .timing import AGGREGATIONS, aggregate, interleaved, iteration_stats, time_calls, warm_up
 
 
 def malloc_mode():
@@ -52,19 +55,26 @@ TIMEOUT_EXIT = 3
 
 
 class Watchdog:
-    """``-T``: end every rank (exit 3) when one size runs longer than ``seconds`` (a hang,
-    say), through :func:`topology.ending.end_job`: rank 0's line is the one printed."""
+    """``-T``: end every rank (exit 3) when one size (every algorithm's rounds of it) runs longer
+    than ``seconds`` (a hang, say), through :func:`topology.ending.end_job`: rank 0's line is
+    the one printed, naming what ran when time ran out (:meth:`doing`)."""
 
     def __init__(self, seconds):
         self.seconds = seconds
         self.timer = None
+        self.what = ""
         self.rank = MPI.COMM_WORLD.Get_rank()
+
+    def doing(self, what):
+        """Name what runs now (an algorithm at this size), for the line if time runs out."""
+        self.what = what
 
     def arm(self, what):
         self.disarm()
+        self.doing(what)
         if self.seconds > 0:
             def fire():
-                end_job(TIMEOUT_EXIT, f"python -m bench: rank {self.rank}: timeout: {what} ran over "
+                end_job(TIMEOUT_EXIT, f"python -m bench: rank {self.rank}: timeout: {self.what} ran over "
                                       f"{self.seconds:g} s (-T); ending every rank")
             self.timer = threading.Timer(self.seconds, fire)
             self.timer.daemon = True
@@ -96,7 +106,7 @@ def header_lines(comm, args, algo, device_lines, transport, crowded):
         "#",
         f"# Algorithm: {algo}  Collective: {args.collective}  Ranks: {comm.Get_size()}  "
         f"Hosts: {len({d['hostname'] for d in device_lines})}  Device: {args.device}  "
-        f"Time aggregation: {AGGREGATIONS[args.average]}  MPI: {info['mpi']}",
+        f"Time aggregation: {AGGREGATIONS[args.average]}  MPI: {info['mpi']}  Threads: {info['thread_level']}",
         f"# Transport: {transport}",
         *([f"# Nodes: {hier_text(args.hier)}"] if algo == "hier" and args.hier else []),
         *(["# Buffers: registered (algorithms.alloc_registered; -R 1)"] if args.local_register else []),
@@ -105,6 +115,7 @@ def header_lines(comm, args, algo, device_lines, transport, crowded):
         f"  Commit: {info['commit']}",
         f"# Env: {info['env']}",
         f"# Malloc: {malloc_mode()}  Transparent huge pages: {info['transparent_hugepages']}  /dev/shm: {info['dev_shm']}",
+        *([f"# Kernels: {kernels_text(args.dtypes)}"] if args.device == "cpu" else []),
         "#",
         "# Using devices",
     ]
@@ -135,6 +146,42 @@ class Progress:
         if self.bar:
             sys.stderr.write("\r" + " " * 79 + "\r")
             sys.stderr.flush()
+
+
+class Tables:
+    """Rank 0's nccl-tests tables, one per algorithm (``heads``: {algorithm: its header}). With
+    one algorithm (``stream``) its header prints at once and each row as it finishes; with
+    several, which take turns within every size, each table prints whole, header, rows and
+    footer, at :meth:`flush` (the sweep's end; with ``-N 0``, each cycle's end)."""
+
+    def __init__(self, heads, say, stream):
+        self.heads, self.say, self.stream = heads, say, stream
+        self.lines = {algo: [] for algo in heads}
+        self.wrong = dict.fromkeys(heads, 0)
+        self.busbws = {algo: [] for algo in heads}
+        if stream:
+            for head in heads.values():
+                say(head, flush=True)
+
+    def add(self, algo, text, wrong=0, busbws=()):
+        """A row (or a ``#`` line) of ``algo``'s table, with its wrong elements and busbw values."""
+        if self.stream:
+            self.say(text, flush=True)
+        else:
+            self.lines[algo].append(text)
+        self.wrong[algo] += wrong
+        self.busbws[algo] += busbws
+
+    def flush(self, memory=None):
+        """Every table not yet printed, each ended by nccl-tests' footer (and ``memory``, -M's line)."""
+        for algo, head in self.heads.items():
+            if not self.stream:
+                self.say("\n".join([head, *self.lines[algo]]), flush=True)
+            self.say(footer(self.wrong[algo], self.busbws[algo]), flush=True)
+            if memory:
+                self.say(memory, flush=True)
+            self.say("#", flush=True)
+            self.lines[algo], self.wrong[algo], self.busbws[algo] = [], 0, []
 
 
 def main(argv=None):
@@ -216,52 +263,55 @@ def _sweep(comm, args, argv, spec, say, crowded, xp, device):
 
     watchdog, progress = Watchdog(args.timeout), Progress(rank == 0 and not args.quiet)
     before = resident_bytes()
-    total_wrong = 0
+    algos = []
+    for algo in args.algos:
+        reason = skip_reason(algo)
+        if reason:  # the others run
+            say(f"# {algo} skips: {reason}", flush=True)
+        else:
+            algos.append(algo)
+    transports = {algo: transport_of(algo, comm, xp) for algo in algos}  # collective, in order
+    heads = {algo: header_lines(comm, args, algo, devices, transports[algo], crowded) if rank == 0 else ""
+             for algo in algos}
+    if len(algos) > 1:
+        say(f"# {len(algos)} algorithms take turns in {args.rounds} rounds of every size; their tables follow "
+            + ("each cycle" if args.run_cycles == 0 else "when the sweep ends"), flush=True)
+    tables = Tables(heads, say, stream=len(algos) == 1)
+    reset_peak()
+    held, total_wrong = 0, 0
     try:
-        for algo in args.algos:
-            reason = skip_reason(algo)
-            if reason:  # the others run
-                say(f"# {algo} skips: {reason}", flush=True)
-                continue
-            transport = transport_of(algo, comm, xp)
-            if rank == 0:
-                say(header_lines(comm, args, algo, devices, transport, crowded), flush=True)
-            reset_peak()
-            wrong_here, busbws, held = 0, [], 0
-            for dtype in args.dtypes:
+        for dtype in args.dtypes:
+            here = []
+            for algo in algos:
                 reason = lacking(algo, dtype)
                 if reason:  # it runs the other types of -d all
-                    say(f"# {algo} skips -d {TYPE_NAMES.get(dtype, dtype)}: {reason}", flush=True)
+                    tables.add(algo, f"# {algo} skips -d {TYPE_NAMES.get(dtype, dtype)}: {reason}")
+                else:
+                    here.append(algo)
+            for op in args.ops:
+                if not here or not runs(dtype, op):
                     continue
-                for op in args.ops:
-                    if not runs(dtype, op):
-                        continue
-                    run = make_runner(spec, algo, comm, op, args.topology)
-                    cycles = itertools.count(1) if args.run_cycles == 0 else range(1, args.run_cycles + 1)
-                    for cycle in cycles:
-                        label = (f"{algo} {TYPE_NAMES.get(dtype, dtype)} {op}"
-                                 + (f" cycle {cycle}" if args.run_cycles != 1 else ""))
-                        for number, nbytes in enumerate(args.sizes, 1):
-                            watchdog.arm(f"{algo} {dtype} {op} {nbytes} B")
-                            record = measure(comm, args, spec, run, xp, dtype, op, nbytes)
-                            watchdog.disarm()
-                            wrong_here += record.pop("nwrong_total")
+                runners = {algo: make_runner(spec, algo, comm, op, args.topology) for algo in here}
+                cycles = itertools.count(1) if args.run_cycles == 0 else range(1, args.run_cycles + 1)
+                for cycle in cycles:
+                    for number, nbytes in enumerate(args.sizes, 1):
+                        watchdog.arm(f"{here[0]} {dtype} {op} {nbytes} B")
+                        records = measure(comm, args, spec, runners, xp, dtype, op, nbytes, watchdog)
+                        watchdog.disarm()
+                        for record in records.values():
+                            total_wrong += record["nwrong_total"]
                             held = max(held, record.pop("held_bytes"))
-                            if rank == 0:
-                                busbws += [record["out_of_place"]["bus_bw"], record["in_place"]["bus_bw"]]
-                                with uncut():  # the table, the log and -J agree however the job ends
-                                    say(record.pop("text"), flush=True)
-                                    writer.add({**record, "algorithm": algo, "transport": transport, "cycle": cycle,
-                                                "experiment_name": f"{spec.name}/{algo}"})
+                        if rank == 0:
+                            save_size(tables, writer, records, transports, spec, cycle)
+                            for algo, record in records.items():
+                                label = (f"{algo} {TYPE_NAMES.get(dtype, dtype)} {op}"
+                                         + (f" cycle {cycle}" if args.run_cycles != 1 else ""))
                                 progress.done(label, number, len(args.sizes), nbytes,
                                               record["out_of_place"]["bus_bw"])
-            progress.close()
-            say(footer(wrong_here, busbws), flush=True)
-            if args.memory:
-                line = usage_line(comm, before, held)
-                say(line, flush=True)
-            say("#", flush=True)
-            total_wrong += wrong_here
+                    if args.run_cycles == 0 and not tables.stream:  # a run without end prints each cycle's
+                        tables.flush(usage_line(comm, before, held) if args.memory else None)
+        progress.close()
+        tables.flush(usage_line(comm, before, held) if args.memory else None)
     except ShmTooSmall as exc:  # raised on every rank alike: /dev/shm filled up after the checks
         if rank == 0:
             sys.stderr.write(f"{PROG}: error: {exc}\n")
@@ -273,9 +323,20 @@ def _sweep(comm, args, argv, spec, say, crowded, xp, device):
         say(summary.text(sizes), flush=True)
         if args.topology is not None and spec.name == "allreduce" and size > 1:
             bounds = LowerBound(Network.from_matrix(args.topology))
-            say(summary.bound_text(sizes, lambda nbytes: bounds.at(nbytes).seconds), flush=True)
+            say(summary.bound_text(sizes, bounds.at, assumes=bounds.assumes), flush=True)
         writer.finish()
     return 1 if total_wrong else 0
+
+
+def save_size(tables, writer, records, transports, spec, cycle):
+    """One finished size on rank 0: every algorithm's row into its table, the log and ``-J``,
+    all inside :func:`topology.ending.uncut` (so the files agree however the job ends)."""
+    with uncut():
+        for algo, record in records.items():
+            tables.add(algo, record.pop("text"), record.pop("nwrong_total"),
+                       [record["out_of_place"]["bus_bw"], record["in_place"]["bus_bw"]])
+        writer.add(*({**record, "algorithm": algo, "transport": transports[algo], "cycle": cycle,
+                      "experiment_name": f"{spec.name}/{algo}"} for algo, record in records.items()))
 
 
 def open_results(args, argv, devices, size, spec, log, crowded):
@@ -337,55 +398,115 @@ def probe_first(comm, args, folder):
     return matrix
 
 
-def measure(comm, args, spec, run, xp, dtype, op, nbytes):
-    """Time one size out of place and in place, check it, and return its result record."""
+def measure(comm, args, spec, runners, xp, dtype, op, nbytes, watchdog):
+    """Time one size of every algorithm of ``runners`` ({name: run}) in interleaved rounds,
+    out of place and in place, check it, and return {name: its result record}."""
     size, rank = comm.Get_size(), comm.Get_rank()
     total, count = spec.counts(nbytes, np.dtype(dtype).itemsize, size)
     send, recv = spec.inputs(xp, dtype, op, total, rank, size)
     in_place = spec.in_place_buffer(xp, send.copy(), recv, rank, size)
     with placed(comm, args, send, recv, in_place) as (send, recv, in_place):
-        record = _measure(comm, args, spec, run, xp, dtype, op, total, count, send, recv, in_place)
-        record["held_bytes"] += sum(a.nbytes for a in (send, recv, in_place)) * (2 if args.local_register else 1)
-        return record
+        buffers = {"out_of_place": (send, recv), "in_place": (in_place, in_place)}
+        records = _measure(comm, args, spec, runners, xp, dtype, op, total, count, buffers, watchdog)
+        own = sum(a.nbytes for a in (send, recv, in_place)) * (2 if args.local_register else 1)
+        for record in records.values():
+            record["held_bytes"] += own
+        return records
 
 
-def _measure(comm, args, spec, run, xp, dtype, op, total, count, send, recv, in_place):
-    """:func:`measure` on these buffers."""
+def _measure(comm, args, spec, runners, xp, dtype, op, total, count, buffers, watchdog):
+    """:func:`measure` on these buffers (every algorithm shares them): each algorithm checked
+    and warmed up once, then ``args.rounds`` rounds of every algorithm's timed calls."""
+    settle = xp.cuda.get_current_stream().synchronize if xp is not np else None
+    checked = {}
+    for name, run in runners.items():
+        watchdog.doing(f"{name} {dtype} {op} {total * np.dtype(dtype).itemsize} B")
+        checked[name] = prepare(comm, args, spec, run, xp, dtype, op, total, buffers, settle)
+    per_iteration = {name: {p: np.zeros(args.iters * args.rounds) for p in buffers} if args.per_iter_timing else None
+                     for name in runners}
+
+    def one_round(name, index):
+        """{placement: (seconds, host seconds)} of ``name``'s calls in round ``index``, combined over ranks (-a)."""
+        watchdog.doing(f"{name} {dtype} {op} {total * np.dtype(dtype).itemsize} B")
+        run, times = runners[name], per_iteration[name]
+        result = {}
+        for placement, (s, r) in buffers.items():
+            loop = getattr(run, "loop", None)  # a baseline timed in a compiled loop of its own
+            window = times[placement][index * args.iters:(index + 1) * args.iters] if times else None
+            with np.errstate(all="ignore"):  # in-place timing re-reduces its own output: floats reach inf
+                seconds, host = time_calls(comm, lambda: run(s, r), args.iters, 0, bool(args.blocking), window,
+                                           settle, args.agg_iters, loop and functools.partial(loop, s, r))
+            result[placement] = (aggregate(comm, seconds, args.average), aggregate(comm, host, args.average))
+        return result
+
+    rounds, places = interleaved(list(runners), args.rounds, one_round)
+    return {name: record_of(comm, args, spec, dtype, op, total, count, rounds[name], places[name],
+                            per_iteration[name], *checked[name])
+            for name in runners}
+
+
+def prepare(comm, args, spec, run, xp, dtype, op, total, buffers, settle):
+    """Before the rounds, for each placement: one call whose arguments every rank checks
+    agree, the ``-c`` check on fresh data, the ``-w`` warm-up. ({placement: wrong elements or
+    None}, the bytes the check held)."""
+    wrong, held = {}, 0
+    for placement, (s, r) in buffers.items():
+        run(s, r, check=True)  # arguments agree on every rank before timing
+        wrong[placement], checked = (check(comm, spec, run, xp, dtype, op, total, placement == "in_place", args)
+                                     if args.check else (None, 0))
+        held = max(held, checked)
+        loop = getattr(run, "loop", None)
+        with np.errstate(all="ignore"):
+            warm_up(lambda: run(s, r), args.warmup_iters, settle, loop and functools.partial(loop, s, r))
+    return wrong, held
+
+
+def record_of(comm, args, spec, dtype, op, total, count, rounds, places, per_iteration, wrong, held):
+    """One algorithm's result record of a size from its ``rounds`` ([{placement: (seconds, host
+    seconds)}] per round): each placement's time the median of the rounds (Hoefler and Belli,
+    SC'15), with its 95% interval and every round's time; the table row on rank 0."""
     size, rank = comm.Get_size(), comm.Get_rank()
     actual_bytes = total * np.dtype(dtype).itemsize
-    times = np.zeros(args.iters) if args.per_iter_timing else None
     record = {"size": int(actual_bytes), "count": int(count), "type": TYPE_NAMES.get(dtype, dtype),
-              "redop": op, "root": f"{-1:6d}", "actual_iterations": args.iters}
-    results, per_iter, wrong_total, held = [], [], 0, 0
-    time_key = "cpu_time" if args.report_cputime else "time"
-    for placement, (s, r) in (("out_of_place", (send, recv)), ("in_place", (in_place, in_place))):
-        run(s, r, check=True)  # arguments agree on every rank before timing
-        settle = xp.cuda.get_current_stream().synchronize if xp is not np else None
-        loop = getattr(run, "loop", None)  # a baseline timed in a compiled loop of its own
-        with np.errstate(all="ignore"):  # in-place timing re-reduces its own output: floats reach inf
-            seconds, host = time_calls(comm, lambda: run(s, r), args.iters, args.warmup_iters, bool(args.blocking),
-                                       times, settle, args.agg_iters, loop and functools.partial(loop, s, r))
-        seconds, host = aggregate(comm, seconds, args.average), aggregate(comm, host, args.average)
-        algbw, busbw = bandwidths(actual_bytes, seconds, spec.factor(size))
-        wrong, checked = (check(comm, spec, run, xp, dtype, op, total, placement == "in_place", args)
-                          if args.check else (None, 0))
-        wrong_total += wrong or 0
-        held = max(held, checked)
-        shown = host if args.report_cputime else seconds
-        record[placement] = {time_key: shown * 1e6, "alg_bw": algbw, "bus_bw": busbw,
-                             "nwrong": None if wrong is None else float(wrong)}
+              "redop": op, "root": f"{-1:6d}", "actual_iterations": args.iters, "rounds": args.rounds,
+              "round_positions": places}
+    results, per_iter = [], []
+    for placement in ("out_of_place", "in_place"):
+        full = [r[placement][0] for r in rounds]
+        host = [r[placement][1] for r in rounds]
+        cell, shown = placement_cell(full, host, actual_bytes, spec.factor(size), args.report_cputime,
+                                     wrong[placement])
+        record[placement] = cell
         if args.per_iter_timing:
-            stats = iteration_stats(comm, times, args.per_iter_skip)
+            iterations = iteration_stats(comm, per_iteration[placement], args.per_iter_skip)
             if rank == 0:
-                record[f"{placement}_per_iter"] = stats
-                per_iter.append(stats)
-        results.append((shown, algbw, busbw, wrong))
+                record[f"{placement}_per_iter"] = iterations
+                per_iter.append(iterations)
+        results.append(shown)
     if args.report_timestamps:
         record["timestamp"] = time.strftime(TIMESTAMP_FORMAT)
     if rank == 0:
         record["text"] = row(actual_bytes, count, dtype, op, -1, results, per_iter or None, record.get("timestamp"))
-    record["nwrong_total"], record["held_bytes"] = wrong_total, held
+    record["nwrong_total"] = sum(w or 0 for w in wrong.values())
+    record["held_bytes"] = held
     return record
+
+
+def placement_cell(full, host, nbytes, factor, cputime, wrong):
+    """(a placement's JSON, its table cells (seconds, algbw, busbw, wrong)) from its rounds'
+    seconds per call: ``time`` (``cpu_time`` with ``-C``: the host's) is the median of the
+    rounds, algbw and busbw come from the median full time; ``time_ci`` is that median's 95%
+    interval (:func:`.stats.median_interval`) and ``round_times_us`` every round's full time."""
+    interval = stats.median_interval(full)
+    algbw, busbw = bandwidths(nbytes, interval.median, factor)
+    shown = stats.median(host) if cputime else interval.median
+    cell = {("cpu_time" if cputime else "time"): shown * 1e6, "alg_bw": algbw, "bus_bw": busbw,
+            "nwrong": None if wrong is None else float(wrong),
+            "time_ci": interval.as_dict(1e6), "round_times_us": [t * 1e6 for t in full]}
+    if cputime:
+        cell["cpu_time_ci"] = stats.median_interval(host).as_dict(1e6)
+        cell["round_cpu_times_us"] = [t * 1e6 for t in host]
+    return cell, (shown, algbw, busbw, wrong)
 
 
 def check(comm, spec, run, xp, dtype, op, total, in_place, args):

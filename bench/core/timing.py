@@ -2,12 +2,13 @@
 ``MPI.Wtime`` (or, for a runner with a compiled loop of its own, the ``mpi`` baseline's, in that
 loop); per-rank times combined across ranks as ``-a`` says; per-iteration times
 (``-I 1``) kept in a preallocated array. Nothing is allocated inside the timed loop.
-:func:`timed` runs several candidates in turns of that loop (``bench perf``, ``bench tune``)."""
-
-import statistics
+:func:`timed` runs several candidates in turns of that loop, round after round, and keeps every
+round's time (``bench perf``, ``bench tune``)."""
 
 import numpy as np
 from mpi4py import MPI
+
+from ..formats.stats import median_interval, round_order
 
 #: -a: how per-rank times become one number.
 AGGREGATIONS = {0: "rank 0", 1: "mean", 2: "min", 3: "max"}
@@ -68,21 +69,29 @@ def time_calls(comm, call, iters, warmup, blocking=False, per_iteration=None, se
 
 
 def timed(comm, calls, iters, warmup, repeats, most=None):
-    """Median over ``repeats`` of the mean seconds per call (max over ranks), for each of
-    ``calls`` (name -> function; one with a ``loop`` attribute is timed through it, as
-    :func:`time_calls` takes it); ``most`` caps the iterations of some ({name: count}: a
-    candidate a hundred times slower needs fewer to be timed as well). The candidates take
-    turns within every repeat, so a noisy moment of a shared machine falls on all of them alike."""
+    """{name: [seconds per call in each of ``repeats`` rounds]} (mean over a round's iterations,
+    max over ranks) for each of ``calls`` (name -> function; one with a ``loop`` attribute is
+    timed through it, as :func:`time_calls` takes it); ``most`` caps the iterations of some
+    ({name: count}: a candidate a hundred times slower needs fewer to be timed as well). The
+    candidates take turns within every round, in an order rotated by one each round
+    (:func:`.stats.round_order`), so a noisy moment of a shared machine falls on all of them
+    alike and no candidate always runs first; :func:`intervals` makes the medians."""
     for call in calls.values():
         for _ in range(warmup):
             call()
     samples = {name: [] for name in calls}
-    for _ in range(repeats):
-        for name, call in calls.items():
+    for round_index in range(repeats):
+        for name in round_order(calls, round_index):
+            call = calls[name]
             seconds, _ = time_calls(comm, call, min(iters, (most or {}).get(name, iters)), 0,
                                     loop=getattr(call, "loop", None))
             samples[name].append(comm.allreduce(seconds, op=MPI.MAX))
-    return {name: statistics.median(values) for name, values in samples.items()}
+    return samples
+
+
+def intervals(rounds):
+    """{name: :class:`.stats.Interval`} of :func:`timed`'s {name: [seconds per round]}."""
+    return {name: median_interval(values) for name, values in rounds.items()}
 
 
 def iterations_for(nbytes):
@@ -120,3 +129,29 @@ def iteration_stats(comm, times, skip):
         "times_us": [float(t) * us for t in worst],
         "per_process_max_times_us": [[float(t) * us for t in row] for row in per_process],
     }
+
+
+def warm_up(call, warmup, settle=None, loop=None):
+    """``warmup`` untimed calls of ``call`` (through ``loop``, as :func:`time_calls` runs a
+    compiled loop's warm-up), then ``settle()``: the sweep's warm-up, once per algorithm and
+    size before its rounds."""
+    if loop is not None:
+        if warmup:
+            loop(warmup, 1, False, None)
+    else:
+        for _ in range(warmup):
+            call()
+    (settle or (lambda: None))()
+
+
+def interleaved(names, rounds, measure):
+    """Rounds that interleave candidates (Hoefler and Belli, SC'15): in round i
+    every one of ``names`` runs once, ``measure(name, i)``, in :func:`.stats.round_order`'s order
+    (rotated by one each round), so that drift of the machine falls on all of them alike.
+    Returns ({name: [measure's result per round]}, {name: [its place in each round, from 0]})."""
+    results, places = {name: [] for name in names}, {name: [] for name in names}
+    for round_index in range(rounds):
+        for place, name in enumerate(round_order(names, round_index)):
+            results[name].append(measure(name, round_index))
+            places[name].append(place)
+    return results, places

@@ -9,7 +9,11 @@ and, with ``-I 1``, the ``*_per_iter`` objects; ``out_of_bounds``,
 (``complete``: false until the sweep ends) and in each result (``algorithm``,
 ``transport``: the header's ``# Transport:`` text, ``collective``). It is written atomically when the run starts (so a bad path fails
 before the first size, and a killed run never leaves the previous run's file) and again
-after every finished size. The log gets one self-contained JSON object per finished row,
+after every finished size (every algorithm's row of it). Each placement of a row carries,
+besides nccl-tests' ``time`` (the median of the rounds), ``time_ci`` (that median's 95%
+confidence interval, :meth:`.stats.Interval.as_dict`, in us) and ``round_times_us``; the row
+carries ``rounds`` and ``round_positions`` (its algorithm's place in each round, from 0). The
+log gets one self-contained JSON object per finished row,
 flushed to disk at once, so a run killed half-way leaves every finished size readable; an
 append starts on a fresh line, and a row the disk had no room for is taken back whole.
 """
@@ -68,14 +72,15 @@ class ResultsWriter:
                 self.close()
                 raise ValueError(f"-J {cannot_write(json_path, exc)}") from None
 
-    def add(self, record):
-        """Log ``record`` (one finished size of one algorithm) and rewrite ``-J`` with it;
-        ``OSError`` naming the file that could not take it."""
-        self.rows.append(record)
-        if self._log:
-            with _naming(self.log_path):
-                line = {**self.run_info, "start_time": self.document["start_time"], **record}
-                _append_line(self._log, json.dumps(line) + "\n")
+    def add(self, *records):
+        """Log ``records`` (one finished size, a row per algorithm), a line each, and rewrite
+        ``-J`` once with them; ``OSError`` naming the file that could not take it."""
+        for record in records:
+            self.rows.append(record)
+            if self._log:
+                with _naming(self.log_path):
+                    line = {**self.run_info, "start_time": self.document["start_time"], **record}
+                    _append_line(self._log, json.dumps(line) + "\n")
         if self.json_path:
             with _naming(self.json_path):
                 self._write_json()

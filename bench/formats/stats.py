@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 
 LEVEL = 0.95  # the confidence asked of every interval
+FULL_ROUNDS = 6  # the fewest values whose interval reaches LEVEL (the whole range of 6: 96.9%)
 
 
 @dataclass(frozen=True)

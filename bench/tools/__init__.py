@@ -3,9 +3,34 @@
 :data:`TOOLS` is read by ``bench/__main__.py``, which runs them, and by the sweep's ``--help``,
 which lists them. A new tool is one module with a ``main(argv)`` and one entry here. Nothing
 here imports a tool: each is imported when it runs.
+
+Each tool runs MPI at the thread level ``MPI_Init`` gives a C program, ``MPI_THREAD_SINGLE``,
+unless its ``thread_level(argv)`` asks for more (``bench/__main__.py`` sets it before MPI starts).
 """
 
+import argparse
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from topology.ending import THREAD_LEVEL
+
+
+def single(argv):
+    """The level of a tool whose MPI calls all come from its main thread."""
+    return THREAD_LEVEL
+
+
+def overlapping(argv):
+    """``"serialized"`` when ``bench train``'s ``--overlap`` list holds ``on`` (its DDP hook then
+    calls MPI from a communication thread, :class:`algorithms.torch.HookState`), else ``"single"``;
+    read from argv as train's own parser reads it, before MPI starts."""
+    parser = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    parser.add_argument("--overlap", default="off")
+    try:
+        known, _ = parser.parse_known_args(argv)
+    except (argparse.ArgumentError, SystemExit):  # train's parser says what is wrong
+        return single(argv)
+    return "serialized" if "on" in [o.strip() for o in known.overlap.split(",")] else single(argv)
 
 
 @dataclass(frozen=True)
@@ -13,6 +38,7 @@ class Tool:
     module: str      # the module whose main(argv) runs it
     help: str        # a line for python -m bench --help
     under_mpi: bool  # run on every rank of an MPI job, each rank ending with the others
+    thread_level: Callable = single  # argv -> the mpi4py.rc.thread_level it runs at
 
 
 TOOLS = {
@@ -24,7 +50,7 @@ TOOLS = {
                     "data-parallel training step time and efficiency per algorithm and rank count", False),
     "perf": Tool("bench.tools.perf", "the CPU performance targets measured in one run (under mpiexec, 2 ranks)", True),
     "train": Tool("bench.tools.train", "what all-reduce costs a PyTorch DDP training step, per algorithm, bucket size "
-                  "and dtype, measured and modelled (under mpiexec; needs torch)", True),
+                  "and dtype, measured and modelled (under mpiexec; needs torch)", True, overlapping),
     "tune": Tool("bench.tools.tune", "time every candidate per size and write the tuning table algorithm=\"auto\" "
                  "follows (under mpiexec)", True),
     "mpi-tuning": Tool("bench.tools.mpi_tuning", "the MPI library's fastest algorithm per size from runs of --algo "

@@ -35,7 +35,7 @@ import textwrap
 import algorithms
 from algorithms.costs import SCHEDULES, cost_model
 from topology import BandwidthMatrix
-from topology.model import ACROSS, Network
+from topology.model import ACROSS, LowerBound, Network
 from topology.rings import ring_bottleneck
 
 from ..core.sizes import parse_size, sweep
@@ -104,10 +104,10 @@ def model_cells(model, algorithm, size):
 def bound_multiple(model, size, seconds):
     """``seconds`` as a multiple of the lower bound at ``size`` ("1.23x"), "-" where there is none."""
     try:
-        bound = model.lower_bound(size).seconds
+        bound = model.lower_bound(size)
     except ValueError:
         return "-"
-    return ratio_text(seconds / bound) if bound > 0 else "-"
+    return ratio_text(seconds / bound.seconds) if bound.seconds > 0 and not bound.missing else "-"
 
 
 def model_table(model, algos, sizes, measured):
@@ -142,8 +142,11 @@ def notes(model, algos, largest=None):
     if largest:
         try:
             bound = model.lower_bound(largest)
-            lines.append(f"lower bound at {size_label(largest)}: {significant(bound.seconds * 1e6)} us, "
-                         f"{bound.kind}: {bound.detail}")
+            if bound.missing:
+                lines.append(f"no sound bound (x bound: -): {bound.missing}")
+            else:
+                lines.append(f"lower bound at {size_label(largest)}: {significant(bound.seconds * 1e6)} us, "
+                             f"{bound.kind}: {bound.detail}; it assumes {LowerBound(model.network).assumes}")
         except ValueError as exc:
             lines.append(f"no lower bound: {exc}")
         binds = []

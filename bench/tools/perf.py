@@ -4,8 +4,11 @@ For each size: native ``MPI_Allreduce`` called through mpi4py, as our calls are 
 sweep's ``mpi4py`` baseline; its ``mpi`` times the library in a compiled loop, without Python's
 cost of a call), and each of our algorithms (``check=False``;
 the agreement check's extra cost is reported beside; ring, trees and twoshot also on registered
-vectors, ``algorithms.alloc_registered``), repeated ``--repeats`` times, median kept,
-and the whole sweep run ``--runs`` times, the median of the sweeps kept; busbw, the
+vectors, ``algorithms.alloc_registered``), timed in turn in ``--repeats`` rounds per sweep
+(the order rotated each round), the whole sweep run ``--runs`` times; every time is the median
+of all the rounds with its 95% interval (:mod:`bench.formats.stats`), and every target that
+compares two things is judged on their paired ratio, round by round, with its interval: met,
+missed, or a tie within noise where the interval holds the bound; busbw, the
 ratio to native, and a single-process ``numpy.copyto`` of the same size (the physical
 reference; beside it the same copy by every rank at once, which shares the caches and
 memory bus as the all-reduce's ranks do), timed in turn with the all-reduces on the
@@ -28,7 +31,6 @@ import argparse
 import datetime
 import functools
 import os
-import statistics
 import tracemalloc
 
 import numpy as np
@@ -46,7 +48,9 @@ from ..core.memory import status_bytes
 from ..core.pages import huge_page_share, small_page_vector
 from ..core.sizes import parse_size, sweep
 from ..core.startup import refused
-from ..core.timing import iterations_for, timed
+from ..core.timing import intervals, iterations_for, timed
+from ..formats.stats import median, median_interval, rank_coverage
+from ..formats.tables import plural, size_label
 
 #: ours: auto's candidates from the registry (native MPI through our entry point is the baseline's row), and auto
 ALGOS = (*(a for a in algorithms.auto.candidates() if a != "native"), "auto")
@@ -61,6 +65,7 @@ HALVED_COST_US = {"rd": 1.65, "ring": 2.9}
 #: them is judged; each is also timed bound once, as "<algo>_persistent"
 EXCHANGES = {"rd": 1, "ring": 2}
 GLOO_ITERS = 20  # gloo's calls take 0.6 ms and more: 20 of them time it well
+MET, MISSED, TIE, NOT_RUN = "met", "missed", "tie (within noise)", "size not run"  # a target's verdicts
 #: what the targets compare with: MPI_Allreduce called from Python (not the library timed in C)
 NATIVE = "native through mpi4py"
 LIBRARY = "the MPI library timed in C"  # python -m bench's mpi baseline: MPI_Allreduce in a compiled loop
@@ -156,18 +161,30 @@ def measure_sizes(comm, registered, sizes, repeats, factor, gloo=None, library=N
         calls["native_4kpages"] = lambda: comm.Allreduce(sx, sy, op=MPI.SUM)
         calls["ring_4kpages"] = lambda: algorithms.allreduce(sx, sy, algorithm="ring", check=False)
         calls.update(copy_calls(comm, x, y))
-        seconds = timed(comm, calls, iters, 3, repeats, {"gloo": GLOO_ITERS})
+        row["rounds_s"] = timed(comm, calls, iters, 3, repeats, {"gloo": GLOO_ITERS})
         row["plain_huge_share"], row["small_pages_huge_share"] = (least_huge_share(comm, pair) for pair in ((x, y), (sx, sy)))
         for vector in (rz, ry, rx):
             algorithms.free_registered(vector, comm=registered)
-        for name in ("copy", "copy_all_ranks"):  # read + write counted once, as busbw counts bytes once
-            row[f"{name}_GBps"] = row["bytes"] / seconds.pop(name) / 1e9
-        row.update({f"{name}_s": value for name, value in seconds.items()})
         row["auto_ran"] = algorithms.auto.choice(count * 4, comm=comm)[0]
-        rows.append(with_busbw(row, factor))
+        rows.append(summarised(row, factor))
         if comm.Get_rank() == 0:
-            print({k: (round(v, 9) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+            print(f"{size_label(row['bytes'])}, {repeats} rounds, us: " + ", ".join(
+                f"{name} {median_interval([t * 1e6 for t in times]).text()}" for name, times in row["rounds_s"].items()),
+                flush=True)
     return rows
+
+
+def summarised(row, factor):
+    """``row`` with, from its ``rounds_s`` ({name: [seconds per round]}): ``<name>_s`` (the
+    median), ``times_us`` ({name: median and 95% interval, in us}), the copies' ``<copy>_GBps``
+    (from the median time) and every ``<candidate>_busbw``."""
+    row["times_us"] = {name: interval.as_dict(1e6) for name, interval in intervals(row["rounds_s"]).items()}
+    for name, times in row["rounds_s"].items():
+        if name in ("copy", "copy_all_ranks"):  # read + write counted once, as busbw counts bytes once
+            row[f"{name}_GBps"] = row["bytes"] / median(times) / 1e9
+        else:
+            row[f"{name}_s"] = median(times)
+    return with_busbw(row, factor)
 
 
 def least_huge_share(comm, vectors):
@@ -185,22 +202,18 @@ def with_busbw(row, factor):
     return row
 
 
-def median_rows(runs, factor):
-    """Per size, the median over the sweeps ``runs`` of every time and copy bandwidth (busbw
-    follows from the median time), and the least huge-page shares. A sweep lasts half a minute or so; the memory bandwidth this
-    shared VM gets can change for minutes at a time, so the median of sweeps spread over
-    several minutes is steadier than more repeats within one."""
+def pooled_rows(runs, factor):
+    """Per size, every sweep's rounds of ``runs`` together, sweep after sweep (:func:`summarised`:
+    medians, intervals, busbw), and the least huge-page shares. A sweep lasts half a minute or so;
+    the memory bandwidth a shared machine gets can change for minutes at a time, so rounds spread
+    over sweeps minutes apart hold more of that change than more rounds within one."""
     merged = []
     for rows in zip(*runs):
-        row = {"bytes": rows[0]["bytes"]}
-        for key in rows[0]:
-            if key.endswith(("_s", "_GBps")):
-                row[key] = statistics.median(r[key] for r in rows)
-            elif key == "auto_ran":
-                row[key] = rows[0][key]
-            elif key.endswith("_share"):
-                row[key] = None if None in (r[key] for r in rows) else min(r[key] for r in rows)
-        merged.append(with_busbw(row, factor))
+        row = {"bytes": rows[0]["bytes"], "auto_ran": rows[0]["auto_ran"],
+               "rounds_s": {name: [t for r in rows for t in r["rounds_s"][name]] for name in rows[0]["rounds_s"]}}
+        for key in ("plain_huge_share", "small_pages_huge_share"):
+            row[key] = None if None in (r[key] for r in rows) else min(r[key] for r in rows)
+        merged.append(summarised(row, factor))
     return merged
 
 
@@ -228,9 +241,11 @@ def main(argv=None):
                    help="largest vector, in bytes; K, M, G are powers of 1024 (default 256M)")
     p.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplier between sizes (default 2)")
     p.add_argument("--repeats", type=int, default=7,
-                   help="turns of every candidate per size and sweep; the median is kept (default 7)")
+                   help="rounds per size and sweep, each candidate timed once a round in an order rotated each "
+                        "round (default 7)")
     p.add_argument("--runs", type=int, default=3,
-                   help="sweeps over all sizes; the table holds their median (default 3)")
+                   help="sweeps over all sizes; every time is the median of all their rounds with its 95%% interval, "
+                        "each target judged on its ratio within each round (default 3)")
     p.add_argument("-o", "--output", default="results/perf-cpu",
                    help="FILE prefix: writes FILE.json and FILE.md (default results/perf-cpu)")
     p.add_argument("--tuning", metavar="FILE",
@@ -255,16 +270,15 @@ def main(argv=None):
                           library)
             for _ in range(args.runs)]
     registered.Free()
-    rows = median_rows(runs, factor)
+    rows = pooled_rows(runs, factor)
 
     one = MPI.COMM_SELF
     tiny = np.ones(2, np.float32)
     out = np.empty_like(tiny)
-    self_times = timed(one, {"bare": lambda: np.copyto(out, tiny),
-                             "ours": lambda: algorithms.allreduce(tiny, out, algorithm="ring", comm=one, check=False)},
-                       2000, 100, args.repeats)
-    bare, ours_self = self_times["bare"], self_times["ours"]
-    overhead = {"per_call_overhead_us": (ours_self - bare) * 1e6}
+    self_rounds = timed(one, {"bare": lambda: np.copyto(out, tiny),
+                              "ours": lambda: algorithms.allreduce(tiny, out, algorithm="ring", comm=one, check=False)},
+                        2000, 100, max(args.repeats, 6))  # at least 6 rounds: a 95% interval
+    overhead = {"per_call_overhead_us": overhead_interval(self_rounds).as_dict(), "per_call_rounds_s": self_rounds}
     allocation = {a: steady_state_allocation(comm, a, 1 << 16) for a in ALGOS}
     auto_reason = algorithms.auto.choice(8, comm=comm)[1]
 
@@ -272,12 +286,13 @@ def main(argv=None):
         data = {"benchmark": "perf-cpu", "date": datetime.datetime.now(datetime.timezone.utc)
                 .isoformat(timespec="seconds"), "machine": describe(), "ranks": n,
                 "gloo": gloo.description if gloo else None, "auto": auto_reason, "library_problem": library_problem,
-                "oversubscribed": n > (os.cpu_count() or 1), "rows": rows, **overhead,
+                "oversubscribed": n > (os.cpu_count() or 1), "rounds_per_sweep": args.repeats, "rows": rows, **overhead,
                 "steady_state_python_bytes": allocation, "peak_memory": memory}
         if any("sendrecv_s" in row for row in rows):
-            data["persistent_cost_us"] = persistent_costs(runs)
-        data["targets"] = targets(data, runs)
-        data["runs"] = [{"rows": run, "targets": targets(data, [run])} for run in runs]
+            data["persistent_cost_us"] = persistent_costs(rows)
+        data["targets"] = targets(data)
+        data["runs"] = [{"targets": targets(data, run), "rows": [{k: v for k, v in row.items() if k != "rounds_s"}
+                                                                 for row in run]} for run in runs]
         write_json_atomically(args.output + ".json", data)
         text = markdown(data)
         notes = args.output + "-notes.md"  # hand-written: the profile behind each missed target
@@ -300,79 +315,115 @@ def gloo_baseline(comm):
     return gloo
 
 
-def persistent_costs(sweeps):
-    """Per algorithm of :data:`EXCHANGES`, the median over ``sweeps`` (lists of rows) of its
-    persistent call's time at 8 B less its bare exchanges (rd one, the ring two), in us."""
-    runs = [{r["bytes"]: r for r in rows}[8] for rows in sweeps]
-    return {algo: round(statistics.median((run[f"{algo}_persistent_s"] - exchanges * run["sendrecv_s"]) * 1e6
-                                          for run in runs), 2)
+def round_values(row, value):
+    """``value(times)`` of each round of ``row``, ``times`` that round's {name: seconds}."""
+    rounds = row["rounds_s"]
+    return [value({name: times[i] for name, times in rounds.items()}) for i in range(len(next(iter(rounds.values()))))]
+
+
+def cost_over_exchanges(row, name, exchanges):
+    """Per round of ``row`` (8 B), ``name``'s time less ``exchanges`` bare exchanges, in us."""
+    return round_values(row, lambda t: (t[name] - exchanges * t["sendrecv"]) * 1e6)
+
+
+def persistent_costs(rows):
+    """Per algorithm of :data:`EXCHANGES`, its persistent call's time at 8 B less its bare
+    exchanges (rd one, the ring two), round by round: median and 95% interval, in us."""
+    row = {r["bytes"]: r for r in rows}[8]
+    return {algo: median_interval(cost_over_exchanges(row, f"{algo}_persistent", exchanges)).as_dict()
             for algo, exchanges in EXCHANGES.items()}
 
 
-def targets(data, sweeps=None):
-    """The performance targets, each with the measured number and whether it holds. A ratio
-    is taken within each sweep (of ``sweeps``, lists of rows; default ``data["rows"]`` alone),
-    since only ratios measured in the same run compare on a shared machine, and its median
-    over the sweeps is judged."""
-    runs = [{r["bytes"]: r for r in rows} for rows in (sweeps or [data["rows"]])]
-    rows = runs[0]
+def judge(interval, bound, above=True):
+    """A target's verdict on ``interval`` (a ratio's or a cost's) against ``bound``, which it
+    must lie above (``above``) or below: :data:`MET` or :data:`MISSED` where the whole interval
+    lies on one side, :data:`TIE` where it holds the bound."""
+    if interval.holds(bound):
+        return TIE
+    return MET if (interval.low > bound) == above else MISSED
+
+
+def worst_check(name, measured, bound, above=True):
+    """The target over several sizes, ``measured`` ({bytes: Interval}): missed where a size is
+    missed, else a tie where a size ties, else met; the size shown is the one that decides (the
+    worst verdict, then the worst median). No size: :data:`NOT_RUN`."""
+    if not measured:
+        return {"target": name, "worst": None, "at_bytes": None, "interval": None, "verdict": NOT_RUN,
+                "holds": False}
+    order = (MISSED, TIE, MET)
+    verdicts = {size: judge(interval, bound, above) for size, interval in measured.items()}
+    size = min(measured, key=lambda s: (order.index(verdicts[s]), measured[s].median * (1 if above else -1)))
+    interval = measured[size]
+    return {"target": name, "worst": round(interval.median, 3), "at_bytes": size, "interval": interval.as_dict(),
+            "verdict": verdicts[size], "holds": verdicts[size] == MET}
+
+
+def targets(data, rows=None):
+    """The performance targets, each with its measure, verdict (:func:`judge`) and whether it
+    holds, from ``rows`` (default ``data["rows"]``; one sweep's rows judge that sweep alone). A
+    target that compares two things takes their ratio within each round, where a busy moment
+    of a shared machine falls on both, and judges the interval of its median."""
+    rows = {r["bytes"]: r for r in (rows or data["rows"])}
+    n = data["ranks"]
+    factor = 2 * (n - 1) / n if n > 1 else 0.0
     checks = []
 
-    def median_ratio(size, of, to):
-        return statistics.median(of(run[size]) / to(run[size]) for run in runs)
+    def ratio_check(name, lo, hi, ours, ref, bound, scale=1.0):  # busbw of ours over ref's: ref's time over ours
+        measured = {s: median_interval(round_values(r, lambda t: scale * t[ref] / t[ours]))
+                    for s, r in rows.items() if lo <= s <= hi}
+        checks.append(worst_check(name, measured, bound))
 
-    def ratio_check(name, lo, hi, key, ref, bound):
-        sizes = [s for s in rows if lo <= s <= hi]
-        worst = min((median_ratio(s, lambda r: r[key], lambda r: r[ref]), s) for s in sizes) if sizes else (None, None)
-        checks.append({"target": name, "worst": worst[0] and round(worst[0], 3), "at_bytes": worst[1],
-                       "holds": bool(sizes) and worst[0] >= bound})
-
-    ratio_check(f"ring busbw >= 1.0x {NATIVE}, 256 KiB..256 MiB", 256 << 10, 256 << 20, "ring_busbw", "native_busbw",
-                1.0)
-    ratio_check(f"ring busbw >= 0.9x {NATIVE}, 32 KiB..256 KiB", 32 << 10, 256 << 10, "ring_busbw", "native_busbw", 0.9)
-    ratio_check("ring busbw >= 0.5x copy bandwidth, 16..256 MiB", 16 << 20, 256 << 20, "ring_busbw", "copy_GBps", 0.5)
+    ratio_check(f"ring busbw >= 1.0x {NATIVE}, 256 KiB..256 MiB", 256 << 10, 256 << 20, "ring", "native", 1.0)
+    ratio_check(f"ring busbw >= 0.9x {NATIVE}, 32 KiB..256 KiB", 32 << 10, 256 << 10, "ring", "native", 0.9)
+    ratio_check("ring busbw >= 0.5x copy bandwidth, 16..256 MiB", 16 << 20, 256 << 20, "ring", "copy", 0.5, factor)
     ratio_check("ring busbw >= 0.5x copy bandwidth on registered vectors, 16..256 MiB", 16 << 20, 256 << 20,
-                "ring_reg_busbw", "copy_GBps", 0.5)
+                "ring_reg", "copy", 0.5, factor)
     ratio_check("ring busbw >= 0.5x copy bandwidth, registered, in place, 16..256 MiB", 16 << 20, 256 << 20,
-                f"{IN_PLACE}_busbw", "copy_GBps", 0.5)
+                IN_PLACE, "copy", 0.5, factor)
     if 8 in rows:
-        best = median_ratio(8, lambda r: min(r[f"{a}_s"] for a in ALGOS), lambda r: r["native_s"])
-        checks.append({"target": f"8-byte time of our best <= 3x {NATIVE}", "worst": round(best, 3),
-                       "at_bytes": 8, "holds": best <= 3})
-    ratio_check(f"auto busbw >= 1.0x {NATIVE}, 8 B..256 MiB", 8, 256 << 20, "auto_busbw", "native_busbw", 1.0)
+        best = median_interval(round_values(rows[8], lambda t: min(t[a] for a in ALGOS) / t["native"]))
+        checks.append(worst_check(f"8-byte time of our best <= 3x {NATIVE}", {8: best}, 3, above=False))
+    ratio_check(f"auto busbw >= 1.0x {NATIVE}, 8 B..256 MiB", 8, 256 << 20, "auto", "native", 1.0)
     if "mpi_s" in rows.get(8, next(iter(rows.values()))):
-        ratio_check(f"ring busbw >= 1.0x {LIBRARY}, 256 KiB..256 MiB", 256 << 10, 256 << 20, "ring_busbw", "mpi_busbw",
-                    1.0)
+        ratio_check(f"ring busbw >= 1.0x {LIBRARY}, 256 KiB..256 MiB", 256 << 10, 256 << 20, "ring", "mpi", 1.0)
     if 8 in rows and "sendrecv_s" in rows[8]:
         for algo, exchanges in EXCHANGES.items():
             bound = HALVED_COST_US[algo]
-            cost = statistics.median((run[8][f"{algo}_s"] - exchanges * run[8]["sendrecv_s"]) * 1e6 for run in runs)
-            checks.append({"target": f"{algo}'s Python cost over its {exchanges} bare exchange(s) <= {bound} us",
-                           "worst": round(cost, 2), "at_bytes": 8, "holds": cost <= bound})
-    checks.append({"target": "per-call Python overhead < 10 us", "worst": round(data["per_call_overhead_us"], 2),
-                   "at_bytes": 8, "holds": data["per_call_overhead_us"] < 10})
-    ratio_check("tree busbw >= 0.8x ring at 64 MiB", 64 << 20, 64 << 20, "tree_busbw", "ring_busbw", 0.8)
+            checks.append(worst_check(f"{algo}'s Python cost over its {exchanges} bare exchange(s) <= {bound} us",
+                                      {8: median_interval(cost_over_exchanges(rows[8], algo, exchanges))}, bound,
+                                      above=False))
+    checks.append(worst_check("per-call Python overhead < 10 us", {8: overhead_interval(data["per_call_rounds_s"])},
+                              10, above=False))
+    ratio_check("tree busbw >= 0.8x ring at 64 MiB", 64 << 20, 64 << 20, "tree", "ring", 0.8)
     ratio_check("tree busbw >= 0.8x ring at 64 MiB on registered vectors", 64 << 20, 64 << 20,
-                "tree_reg_busbw", "ring_reg_busbw", 0.8)
-    ratio_check("double binary tree (dbtree) busbw >= 0.8x ring at 64 MiB", 64 << 20, 64 << 20,
-                "dbtree_busbw", "ring_busbw", 0.8)
+                "tree_reg", "ring_reg", 0.8)
+    ratio_check("double binary tree (dbtree) busbw >= 0.8x ring at 64 MiB", 64 << 20, 64 << 20, "dbtree", "ring", 0.8)
     ratio_check("double binary tree busbw >= 0.8x ring at 64 MiB on registered vectors", 64 << 20, 64 << 20,
-                "dbtree_reg_busbw", "ring_reg_busbw", 0.8)
-    ratio_check("twoshot busbw >= 1.0x oneshot, 256 KiB..256 MiB", 256 << 10, 256 << 20, "twoshot_busbw",
-                "oneshot_busbw", 1.0)
-    ratio_check("twoshot busbw >= 1.0x ring, 1..256 MiB", 1 << 20, 256 << 20, "twoshot_busbw", "ring_busbw", 1.0)
-    ratio_check("twoshot busbw >= 1.0x ring on registered vectors, 1..256 MiB", 1 << 20, 256 << 20,
-                "twoshot_reg_busbw", "ring_reg_busbw", 1.0)
+                "dbtree_reg", "ring_reg", 0.8)
+    ratio_check("twoshot busbw >= 1.0x oneshot, 256 KiB..256 MiB", 256 << 10, 256 << 20, "twoshot", "oneshot", 1.0)
+    ratio_check("twoshot busbw >= 1.0x ring, 1..256 MiB", 1 << 20, 256 << 20, "twoshot", "ring", 1.0)
+    ratio_check("twoshot busbw >= 1.0x ring on registered vectors, 1..256 MiB", 1 << 20, 256 << 20, "twoshot_reg",
+                "ring_reg", 1.0)
     grown = max(a["retained"] for a in data["steady_state_python_bytes"].values())
     transient = max(a["transient_peak"] for a in data["steady_state_python_bytes"].values())
-    checks.append({"target": "no steady-state allocation (bytes retained; transient peak < 16 KiB)",
-                   "worst": f"{grown} ({transient})", "at_bytes": 1 << 18,
-                   "holds": grown == 0 and transient < 16 << 10})
+    checks.append(exact_check("no steady-state allocation (bytes retained; transient peak < 16 KiB)",
+                              f"{grown} ({transient})", 1 << 18, grown == 0 and transient < 16 << 10))
     memory = data["peak_memory"]
-    checks.append({"target": "peak memory <= send + receive + one chunk + 64 MiB (MiB)",
-                   "worst": round(memory["peak_bytes"] / MIB, 1), "at_bytes": memory["vector_bytes"],
-                   "holds": memory["peak_bytes"] <= memory["budget_bytes"]})
+    checks.append(exact_check("peak memory <= send + receive + one chunk + 64 MiB (MiB)",
+                              round(memory["peak_bytes"] / MIB, 1), memory["vector_bytes"],
+                              memory["peak_bytes"] <= memory["budget_bytes"]))
     return checks
+
+
+def overhead_interval(rounds):
+    """The per-call Python overhead, round by round (our call less a bare copy, on one rank): an Interval, in us."""
+    return median_interval([(ours - bare) * 1e6 for ours, bare in zip(rounds["ours"], rounds["bare"])])
+
+
+def exact_check(name, measured, at_bytes, holds):
+    """A target counted, not timed: no interval, met or missed."""
+    return {"target": name, "worst": measured, "at_bytes": at_bytes, "interval": None,
+            "verdict": MET if holds else MISSED, "holds": holds}
 
 
 def _label(column):
@@ -380,11 +431,37 @@ def _label(column):
 
 
 def _measured(target):
-    return "size not run" if target["worst"] is None else target["worst"]
+    interval = target.get("interval")
+    if target["worst"] is None:
+        return NOT_RUN
+    return target["worst"] if interval is None else \
+        f"{interval['median']:.3g} [{interval['ci_low']:.3g}, {interval['ci_high']:.3g}]"
 
 
 def _verdict(target):
-    return f"{_measured(target)}{'' if target['holds'] else ' (no)'}"
+    return target["verdict"] if target["verdict"] == NOT_RUN else f"{_measured(target)} {target['verdict']}"
+
+
+def _shown(verdict):
+    return f"**{verdict}**" if verdict == MISSED else verdict
+
+
+def _few_rounds(per_sweep, sweeps):
+    """What an interval of fewer than 6 rounds holds (the whole range: short of 95%), or ""."""
+    few = sorted({n for n in (per_sweep, per_sweep * sweeps) if n < 6})
+    return "".join(f"; of {plural(n, 'round')} the interval is the whole range, which holds the median "
+                   f"{rank_coverage(n, 1):.0%} of the time" for n in few)
+
+
+def _us(interval):
+    """An interval of us (:meth:`.stats.Interval.as_dict`) as "1.23 us [1.10, 1.40]"."""
+    return f"{interval['median']:.2f} us [{interval['ci_low']:.2f}, {interval['ci_high']:.2f}]"
+
+
+def _time(row, name):
+    """A time cell: the median and its 95% interval, in us."""
+    t = row["times_us"][name]
+    return f"{t['median']:.1f} [{t['ci_low']:.1f}, {t['ci_high']:.1f}]"
 
 
 def markdown(data):
@@ -394,9 +471,12 @@ def markdown(data):
     columns = ["native", *ALGOS, *(f"{a}_reg" for a in REGISTERED), IN_PLACE]
     lines = [f"# Performance, {data['ranks']} ranks{' (oversubscribed: reference only)' if data['oversubscribed'] else ''}",
              "", f"{data['date']}, commit {m['commit']}, {m['cpu']} ({m['cores']} cores), {m['mpi'].split()[0]} "
-             f"{m['mpi'].split()[-1]}, malloc env: {m['env']}. float32 sum, out of place unless marked, check=False, "
-             f"median of {len(data.get('runs', [])) or 1} sweeps of repeats (the targets: per size, the median "
-             "over the sweeps of each sweep's ratio); busbw in GB/s. native: `MPI_Allreduce` called through mpi4py, "
+             f"{m['mpi'].split()[-1]}, malloc env: {m['env']}. float32 sum, out of place unless marked, check=False. "
+             f"Every time (us) is the median of {len(runs) or 1} sweeps of {data['rounds_per_sweep']} rounds, the "
+             "candidates in turn within each round, with its 95% interval in brackets; busbw (GB/s) and the ratios "
+             "from the medians. A target that compares two things is judged on their ratio within each round: met or "
+             "missed where its 95% interval lies on one side of the bound, a tie (within noise) where it holds it"
+             f"{_few_rounds(data['rounds_per_sweep'], len(runs) or 1)}. native: `MPI_Allreduce` called through mpi4py, "
              "as our calls are made (`python -m bench`'s `mpi4py` baseline; its `mpi` times the library in a compiled "
              "loop). \"reg\": on registered vectors (`algorithms.alloc_registered`, "
              "read in place by the peer, like nccl-tests -R); \"in place\": recvbuf is sendbuf; the others on "
@@ -407,7 +487,7 @@ def markdown(data):
              "| dbtree reg/ring reg | auto/native | auto ran |",
              "|---:|" + "---:|" * (2 * len(columns) + 14)]
     for r in data["rows"]:
-        cells = [str(r["bytes"]), *(f"{r[f'{c}_s'] * 1e6:.1f}" for c in columns), f"{r['ring_checked_s'] * 1e6:.1f}",
+        cells = [str(r["bytes"]), *(_time(r, c) for c in columns), _time(r, "ring_checked"),
                  *(f"{r[f'{c}_busbw']:.2f}" for c in columns), f"{r['ring_busbw'] / r['native_busbw']:.2f}",
                  f"{r['tree_busbw'] / r['ring_busbw']:.2f}", f"{r['dbtree_busbw'] / r['ring_busbw']:.2f}",
                  f"{r['copy_GBps']:.1f}",
@@ -423,7 +503,7 @@ def markdown(data):
                   "then reduced in place, as torch.distributed has it), timed in turn with the others:", "",
                   "| bytes | gloo (us) | gloo busbw | ring/gloo | native/gloo |", "|---:|---:|---:|---:|---:|"]
         for r in data["rows"]:
-            lines.append(f"| {r['bytes']} | {r['gloo_s'] * 1e6:.1f} | {r['gloo_busbw']:.3g} | "
+            lines.append(f"| {r['bytes']} | {_time(r, 'gloo')} | {r['gloo_busbw']:.3g} | "
                          f"{r['ring_busbw'] / r['gloo_busbw']:.2f} | {r['native_busbw'] / r['gloo_busbw']:.2f} |")
     if all("mpi_s" in r for r in data["rows"]):
         lines += ["", "The MPI library's own all-reduce two ways, timed in turn with the others: timed in C (`mpi`: "
@@ -434,7 +514,7 @@ def markdown(data):
                   "ring/C | auto/C | best/mpi4py | auto/mpi4py |", "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
         for r in data["rows"]:
             best = min(ALGOS, key=lambda a: r[f"{a}_s"])
-            lines.append(f"| {r['bytes']} | {r['mpi_s'] * 1e6:.2f} | {r['native_s'] * 1e6:.2f} | "
+            lines.append(f"| {r['bytes']} | {_time(r, 'mpi')} | {_time(r, 'native')} | "
                          f"{r['native_s'] / r['mpi_s']:.2f} | {best} | {r['mpi_s'] / r[f'{best}_s']:.2f} | "
                          f"{r['mpi_s'] / r['ring_s']:.2f} | {r['mpi_s'] / r['auto_s']:.2f} | "
                          f"{r['native_s'] / r[f'{best}_s']:.2f} | {r['native_s'] / r['auto_s']:.2f} |")
@@ -449,30 +529,31 @@ def markdown(data):
               "|---:|---:|---:|---:|---:|---:|---:|"]
     for r in data["rows"]:
         shares = " / ".join("unknown" if r[k] is None else f"{r[k]:.0%}" for k in ("plain_huge_share", "small_pages_huge_share"))
-        lines.append(f"| {r['bytes']} | {shares} | {r['native_4kpages_s'] * 1e6:.1f} | {r['ring_4kpages_s'] * 1e6:.1f} "
+        lines.append(f"| {r['bytes']} | {shares} | {_time(r, 'native_4kpages')} | {_time(r, 'ring_4kpages')} "
                      f"| {r['ring_4kpages_busbw'] / r['native_4kpages_busbw']:.2f} | {r['ring_4kpages_s'] / r['ring_s']:.2f} "
                      f"| {r['ring_4kpages_busbw'] / r['copy_GBps']:.2f} |")
-    exchange = next((r["sendrecv_s"] for r in data["rows"] if "sendrecv_s" in r), None)
+    exchange = next((r["times_us"]["sendrecv"] for r in data["rows"] if "sendrecv_s" in r), None)
     lines += ["", f"auto: {data.get('auto')}. oneshot: every rank posts its vector in shared memory and "
               "reduces all of them itself (one synchronisation); native: comm.Allreduce, MPI_Allreduce called "
               "through mpi4py."]
     if exchange is not None:
         persistent = data.get("persistent_cost_us") or {}
-        lines += ["", f"A bare 8-byte MPI_Sendrecv: {exchange * 1e6:.2f} us, timed in turn with the others; "
+        lines += ["", f"A bare 8-byte MPI_Sendrecv: {_us(exchange)}, timed in turn with the others; "
                   "a small call's Python cost is its time less its bare exchanges (rd one, ring two on 2 ranks). "
                   "The same, persistent (`algorithms.allreduce_init`: checked once, then only run): "
-                  + ", ".join(f"{algo} {cost:.2f} us" for algo, cost in persistent.items()) + "."]
-    lines += ["", f"Per-call Python overhead (8 B on a one-rank communicator, minus a bare copy): "
-              f"{data['per_call_overhead_us']:.2f} us. Steady state over calls 51-100 on 256 KiB "
+                  + ", ".join(f"{algo} {_us(cost)}" for algo, cost in persistent.items()) + "."]
+    lines += ["", f"Per-call Python overhead (8 B on a one-rank communicator, minus a bare copy, round by round): "
+              f"{_us(data['per_call_overhead_us'])}. Steady state over calls 51-100 on 256 KiB "
               f"(bytes retained, the same over calls 1-50, largest transient): {data['steady_state_python_bytes']}. Peak memory per rank with {memory['vector_bytes'] // MIB} MiB "
               f"vectors: {memory['peak_bytes'] / MIB:.1f} MiB (interpreter {memory['interpreter_bytes'] / MIB:.1f} "
               f"MiB; budget {memory['budget_bytes'] / MIB:.1f} MiB).", "",
-              "| target | measured (worst) | at bytes | holds | " + " | ".join(f"sweep {i + 1}" for i in range(len(runs)))
+              "| target | measured (the deciding size: median [95% interval]) | at bytes | verdict | "
+              + " | ".join(f"sweep {i + 1}" for i in range(len(runs)))
               + " |", "|---|---:|---:|---|" + "---:|" * len(runs)]
     for i, t in enumerate(data["targets"]):
         measured = _measured(t)
         alone = [run["targets"][i] for run in runs]  # the same check on each sweep by itself
-        lines.append(f"| {t['target']} | {measured} | {t['at_bytes'] or ''} | {'yes' if t['holds'] else '**no**'} | "
+        lines.append(f"| {t['target']} | {measured} | {t['at_bytes'] or ''} | {_shown(t['verdict'])} | "
                      + " | ".join(_verdict(a) for a in alone) + " |")
     return "\n".join(lines) + "\n"
 

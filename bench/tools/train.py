@@ -1,43 +1,64 @@
 """``mpiexec -n N python -m bench train``: what all-reduce costs a PyTorch DDP training step, per
-algorithm, bucket size and dtype, measured on a synthetic model and set against a model built
-from this run's own measurements.
+algorithm, bucket size and dtype, measured on a synthetic model in interleaved rounds (every
+figure with its 95% interval, every comparison with gloo paired by round) and set beside a model
+built from the same rounds' measurements.
 
-Each run trains the same synthetic model (an MLP, or transformer encoder layers) from the same
-parameters for --warmup then --steps steps (forward, backward, SGD) under DDP, its gradients
-all-reduced by one of: our algorithms through the DDP hook of algorithms.torch (synchronous, or
-overlapping on a communication thread with --overlap on), DDP's own gloo all-reduce (gloo), or
-nothing (noop: the hook returns each bucket untouched, so the step is computation alone). The
-noop run of each bucket size and dtype runs first: its median step is the compute time T_c.
+Each configuration trains the same synthetic model (an MLP, or transformer encoder layers) from
+the same parameters under DDP (forward, backward, SGD), its gradients all-reduced by one of: our
+algorithms through the DDP hook of algorithms.torch (synchronous, or overlapping on a
+communication thread with --overlap on), DDP's own gloo all-reduce (gloo), or nothing (noop: the
+hook returns each bucket untouched, so the step is computation alone, the compute time T_c).
 
-Per run: step time (median and p95 of the slowest rank's steps), compute (T_c), exposed
-communication = step - compute, the model's step time, busbw of the bucket all-reduces, the
-share of all-reduce time hidden behind the backward pass (overlap mode), and whether the
-parameters came out bit for bit the same on every rank.
+How it measures: every configuration is built once and runs its --warmup steps; then come
+--rounds rounds, and in each every configuration runs --steps timed steps and then has each of
+its bucket sizes' all-reduces timed alone. The configurations take their turns in an order
+rotated by one each round, so a slow moment of a shared machine falls on all of them alike and
+none always runs first. A round's step time is the median of its steps, each the slowest rank's.
+Every figure is the median over the rounds with its 95% confidence interval [low, high] (order
+statistics of the rounds, no normality assumed; from 6 rounds on, fewer give their whole range
+and say what it holds). Every comparison is paired: the ratio of two configurations in each
+round, then the median and interval of those ratios; where that interval holds 1 the two tie.
 
-The model: with all-reduce time T_m a step, E = T_c / (T_c + T_m) when nothing overlaps. A
-synchronous hook blocks the backward pass while it reduces, so step = T_c + the sum of the
-buckets' all-reduce times. DDP's own all-reduce and the overlapping hook send bucket k at
-max(the time it became ready, the end of bucket k-1) while the backward pass goes on; only
-what ends after the backward pass is exposed: step = T_c + exposed (bench scaling's model,
-bench.tools.scaling.exposed_after). Where the ranks of a machine have no core to spare beside
-their torch threads, an asynchronous all-reduce's processor time is taken from the backward
-pass: the model then counts the share of each bucket's time that the all-reduce spends on a
-processor (its process's CPU time over its wall time, measured while timing it) as exposed,
-and overlaps only the rest, its waiting. Its inputs are measured in this invocation: T_c and the
-time each bucket became ready after the backward pass began come from the noop run (the hook
-records when DDP calls it); each bucket's all-reduce time comes from the suite's timing loop
-on a vector of that bucket's bytes and dtype, right after the run's steps (gloo's through
-torch.distributed.all_reduce).
+Per configuration: step time, compute (the noop run's step of the same bucket cap and dtype, in
+the same round), exposed communication (each round's step - compute), the exposed communication
+over gloo's (paired by round: tie, lower or higher), the 95th percentile of every step, the
+model's step time, busbw of the bucket all-reduces, the share of all-reduce time hidden behind
+the backward pass (overlap mode), and whether the parameters came out bit for bit the same on
+every rank. Per bucket size of our algorithms, the synchronous hook's time over a bare
+algorithms.allreduce of the same bytes, paired by round, against the target of at most 1.05x:
+met where the interval's upper end is at most 1.05, missed where its lower end is above 1.05,
+undecided by the measurement otherwise.
+
+The model accounts for a step from this run's own measurements; it predicts nothing. With
+all-reduce time T_m a step, E = T_c / (T_c + T_m) when nothing overlaps. A synchronous hook
+blocks the backward pass while it reduces, so step = T_c + the sum of the buckets' all-reduce
+times. DDP's own all-reduce and the overlapping hook send bucket k at max(the time it became
+ready, the end of bucket k-1) while the backward pass goes on; only what ends after the backward
+pass is exposed: step = T_c + exposed (bench scaling's model, bench.tools.scaling.exposed_after).
+Where the ranks of a machine have no core to spare beside their torch threads, an asynchronous
+all-reduce's processor time is taken from the backward pass: the model then counts the share of
+each bucket's time that the all-reduce spends on a processor (its process's CPU time over its
+wall time, measured while timing it) as exposed, and overlaps only the rest, its waiting. Its
+inputs come from the same round: T_c and the time each bucket became ready after the backward
+pass began from the noop run's steps (the hook records when DDP calls it), each bucket's
+all-reduce time from the suite's timing loop on a vector of that bucket's bytes and dtype, right
+after the configuration's steps (gloo's through torch.distributed.all_reduce). The model's step
+is the median over the rounds of each round's.
 
 How overlap is measured, not assumed: the overlapping hook records when it handed each bucket
 over, when its all-reduce started and when it finished. The backward computation ends when the
 last bucket is handed over; the all-reduce time after that is exposed, the rest hidden. The
-hidden column is that share (median over steps; the synchronous hook hides none).
+hidden column is that share (median over steps, then over rounds; the synchronous hook hides
+none).
 
-Parameters: a run that all-reduces must leave every rank with bit-identical parameters
-(SHA-256 of them, gathered); vs gloo is the largest max|p - g| / max|g| over the parameters
-against the gloo run of the same bucket size and dtype (close, not equal: DDP's gloo path
-divides each gradient by the rank count before summing, ours sums, then divides). The noop
+Memory: every configuration stays built for all the rounds (its parameters, gradients and DDP's
+buckets: about three times the parameters' bytes a rank each); a sweep of many bucket caps and
+dtypes runs best as one invocation per dtype.
+
+Parameters: a run that all-reduces must leave every rank with bit-identical parameters after
+its last round (SHA-256 of them, gathered); vs gloo is the largest max|p - g| / max|g| over the
+parameters against the gloo run of the same bucket size and dtype (close, not equal: DDP's gloo
+path divides each gradient by the rank count before summing, ours sums, then divides). The noop
 run's parameters differ across ranks by construction (each rank keeps its own gradients). Any
 all-reducing run whose parameters differ is wrong: every run finishes, then one line says
 which, and the exit status is 1 (as nccl-tests' #wrong). Exit status 2: bad flags or settings.
@@ -45,8 +66,8 @@ which, and the exit status is 1 (as nccl-tests' #wrong). Exit status 2: bad flag
 
 import argparse
 import datetime
-import statistics
 import sys
+import time
 
 import numpy as np
 from mpi4py import MPI
@@ -61,6 +82,8 @@ from ..baselines.gloo import problem as gloo_problem
 from ..core.machine import describe, oversubscription
 from ..core.options import Parser
 from ..core.startup import refused
+from ..core.timing import interleaved
+from ..formats import stats
 from ..formats.tables import comment, description, epilog, plural, significant
 from .scaling import exposed_after
 from .train_plot import plot
@@ -68,7 +91,8 @@ from .train_plot import plot
 PROG = "python -m bench train"
 SPECIAL = ("gloo", "noop")
 DTYPE_NAMES = ("fp32", "bf16")
-VERSION = 1  # of the -J document
+VERSION = 2  # of the -J document (2: every figure over rounds, with its interval)
+HOOK_BOUND = 1.05  # the target: the hook at most 5% over a bare all-reduce of the same bytes
 
 
 def parser():
@@ -77,7 +101,7 @@ def parser():
     p.add_argument("--algo", default="auto,ring,gloo,noop",
                    help=f"comma list of all-reduces: our algorithms ({','.join(algorithms.ALGORITHMS)}) through the "
                         "DDP hook, gloo (DDP's own all-reduce, no hook), noop (no all-reduce: the compute time; it "
-                        "always runs, first) (default auto,ring,gloo,noop)")
+                        "always runs) (default auto,ring,gloo,noop)")
     p.add_argument("--bucket-mb", default="25",
                    help="comma list of DDP bucket caps (bucket_cap_mb), in MiB (default 25)")
     p.add_argument("--dtype", default="fp32", help="comma list of parameter and gradient types: fp32, bf16 "
@@ -94,13 +118,17 @@ def parser():
                    help="width of each layer (the transformer's d_model) (default 2048: about 25 M parameters)")
     p.add_argument("--batch", type=int, default=32, help="samples a rank per step (default 32)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank (default 1)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed steps per run, first (default 2)")
-    p.add_argument("--steps", type=int, default=20, help="timed steps per run (default 20)")
+    p.add_argument("--warmup", type=int, default=2,
+                   help="untimed steps of each configuration, once, before the rounds (default 2)")
+    p.add_argument("--rounds", type=int, default=10,
+                   help="rounds, each running every configuration once in an order rotated by one each round; "
+                        "from 6 on the intervals are 95%% ones (default 10)")
+    p.add_argument("--steps", type=int, default=2, help="timed steps of each configuration a round (default 2)")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the initial parameters (the same on every rank) and of the data (its rank "
                         "added: each rank's own) (default 0)")
     p.add_argument("-J", "--json", metavar="FILE",
-                   help="write the header and every run as JSON, after every run (default: none)")
+                   help="write the header and every run as JSON, after every round (default: none)")
     p.add_argument("--plot", metavar="FILE.png",
                    help="draw step time against bucket size, measured and modelled, with the compute time "
                         "(default: none)")
@@ -130,7 +158,7 @@ def check_flags(args):
         raise ValueError(f"--overlap {args.overlap}: a comma list of off, on")
     if not buckets or min(buckets) <= 0:
         raise ValueError("--bucket-mb: sizes must be positive")
-    for flag in ("layers", "width", "batch", "threads", "steps"):
+    for flag in ("layers", "width", "batch", "threads", "steps", "rounds"):
         if getattr(args, flag) < 1:
             raise ValueError(f"--{flag} must be at least 1")
     if args.warmup < 1:
@@ -176,16 +204,21 @@ def specs(algos, buckets, dtypes, overlaps, ts):
 
 # ---------------------------------------------------------------- text
 
-COLUMNS = ("algorithm", "bucket", "dtype", "step", "p95", "compute", "exposed", "model", "busbw", "hidden", "params",
-           "vs gloo")
-UNITS = ("", "(MiB)", "", "(ms)", "(ms)", "(ms)", "(ms)", "(ms)", "(GB/s)", "", "", "")
-WIDTHS = (15, 6, 5, 8, 8, 8, 8, 8, 7, 6, 8, 8)
+TIMES = ("algorithm", "bucket", "dtype", "step", "compute", "exposed", "exposed/gloo", "verdict")
+TIMES_UNITS = ("", "(MiB)", "", "(ms)", "(ms)", "(ms)", "", "")
+CHECKS = ("algorithm", "bucket", "dtype", "p95", "model", "busbw", "hidden", "params", "vs gloo")
+CHECKS_UNITS = ("", "(MiB)", "", "(ms)", "(ms)", "(GB/s)", "", "", "")
 
 
-def line(cells, lead="  "):
-    """A table line: ``lead`` ("# " for the header), then the cells in :data:`WIDTHS` columns."""
-    return lead + "  ".join(f"{c:<{w}}" if i == 0 else f"{c:>{w}}"
-                            for i, (c, w) in enumerate(zip(cells, WIDTHS))).rstrip()
+def table_lines(columns, units, rows):
+    """A table: the header and units as "# " lines, then a line a row ("  "), every column as wide
+    as its widest cell, the first aligned left and the others right."""
+    widths = [max(len(cell) for cell in column) for column in zip(columns, units, *rows)]
+
+    def line(cells, lead):
+        return lead + "  ".join(f"{c:<{w}}" if i == 0 else f"{c:>{w}}"
+                                for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+    return [line(columns, "# "), line(units, "# "), *(line(row, "  ") for row in rows)]
 
 
 def mib(nbytes):
@@ -199,15 +232,39 @@ def number(value, digits=1):
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def row_cells(run):
+def span(figure, unit=""):
+    """ "183 [175, 190]": a figure's median and 95% interval (a -J figure, :meth:`stats.Interval.as_dict`);
+    "-" for None."""
+    if figure is None:
+        return "-"
+    return f"{significant(figure['median'])}{unit} [{significant(figure['ci_low'])}, {significant(figure['ci_high'])}]"
+
+
+def label(run):
+    """ "ring", "ring+ovl" (the communication thread), "gloo"."""
+    return run["algorithm"] + ("+ovl" if run["overlap"] and run["algorithm"] != "gloo" else "")
+
+
+def time_cells(run):
+    """The cells of a run's row in the table of times."""
+    ratio = run["exposed_vs_gloo"]
+    return (label(run), f"{run['bucket_mb']:g}", run["dtype"], span(run["step"]), span(run["compute"]),
+            span(run["exposed"]), span(ratio, "x"), "-" if ratio is None else ratio["verdict"])
+
+
+def check_cells(run):
+    """The cells of a run's row in the second table: p95, model, busbw, hidden, parameters."""
     params = "same" if run["params_identical"] else ("differ" if run["algorithm"] == "noop" else "WRONG")
     hidden = "-" if run["overlap_reached"] is None else f"{run['overlap_reached'] * 100:.0f}%"
-    label = run["algorithm"] + ("+ovl" if run["overlap"] and run["algorithm"] != "gloo" else "")
     rel = run["vs_gloo_max_rel_diff"]
-    return (label, f"{run['bucket_mb']:g}", run["dtype"], number(run["step_ms"]), number(run["step_p95_ms"]),
-            number(run["compute_ms"]), number(run["exposed_ms"]), number(run["model_step_ms"]),
+    return (label(run), f"{run['bucket_mb']:g}", run["dtype"], number(run["step_p95_ms"]), span(run["model_step"]),
             "-" if run["busbw"] is None else significant(run["busbw"]), hidden, params,
             "-" if rel is None else f"{rel:.1e}")
+
+
+def coverage(rounds):
+    """What the interval of the median of ``rounds`` values holds (at least 95% from 6 on)."""
+    return stats.rank_coverage(rounds, stats.interval_rank(rounds)) if rounds > 1 else 0.0
 
 
 def header_lines(comm, doc):
@@ -218,11 +275,21 @@ def header_lines(comm, doc):
         f"torch {doc['torch']}, MPI: {' '.join(info['mpi'].split())}, commit {info['commit']}",
         f"model: {m['description']}: {m['parameters']:,} parameters ({mib(m['parameters'] * 4)} of fp32 gradients "
         f"a step); batch {m['batch']} a rank, {plural(doc['threads'], 'torch thread')} a rank, seed {m['seed']}",
-        f"each run: {doc['warmup']} warm-up + {doc['steps']} timed steps (forward, MSE loss, backward, SGD); a "
-        "step's time is the slowest rank's; DDP over a gloo process group",
+        f"each configuration: {plural(doc['warmup'], 'warm-up step')}, then {doc['rounds']} rounds of "
+        f"{plural(doc['steps'], 'timed step')} (forward, MSE loss, backward, SGD) and its buckets' all-reduces timed "
+        "alone; every configuration once a round, in an order rotated by one each round; a step's time is the "
+        "slowest rank's, a round's the median of its steps; DDP over a gloo process group",
+        "every figure: the median over the rounds [its 95% confidence interval]; every ratio paired by round, a tie "
+        "where its interval holds 1",
         "noop: no all-reduce (compute only); gloo: DDP's own all-reduce (asynchronous); +ovl: our hook on a "
         "communication thread; hidden: its all-reduce time before the backward pass ended, from its records",
+        "model: compute + the buckets' all-reduces timed alone, sent as DDP sends them, each round from that "
+        "round's measurements: an account of this run's step, not a prediction",
     ]
+    held = coverage(doc["rounds"])
+    if held < stats.LEVEL:
+        texts.append(f"warning: {plural(doc['rounds'], 'round')} reach no 95% interval: each interval is the whole "
+                     f"range of the rounds and holds the median with {held * 100:.1f}%; 6 rounds reach 95%")
     if doc["cores_shared"]:
         texts.append(f"cores shared: {doc['cores_shared']}: an asynchronous all-reduce's processor time comes out of "
                      "the backward pass; the model counts that part (its CPU share, measured) as exposed")
@@ -234,35 +301,61 @@ def header_lines(comm, doc):
 def group_line(run):
     sizes = ", ".join(mib(b["bytes"]) for b in run["buckets"])
     return comment(f"bucket cap {run['bucket_mb']:g} MiB, {run['dtype']}: {plural(len(run['buckets']), 'bucket')} "
-                   f"({sizes}), {mib(run['bytes_per_step'])} a step; the last ready {number(run['backward_ms'])} ms "
+                   f"({sizes}), {mib(run['bytes_per_step'])} a step; the last ready {span(run['backward'])} ms "
                    "into the backward pass")
+
+
+def hook_target(ratio, bound=HOOK_BOUND):
+    """The target "at most ``bound`` x" judged on a ratio's :class:`stats.Interval`: "met" where
+    its upper end is at most ``bound``, "missed" where its lower end is above it, else
+    "undecided" (the measurement cannot tell)."""
+    if ratio.high <= bound:
+        return "met"
+    return "missed" if ratio.low > bound else "undecided"
+
+
+def hook_lines(runs, listed=8):
+    """The summary's lines on the hook over a bare all-reduce: the count met, missed and
+    undecided, then each (all where there are at most ``listed``, else those not met)."""
+    pairs = {}
+    for run in runs:
+        for b in run["buckets"]:
+            if b.get("hook_over_bare") is not None:
+                pairs.setdefault((label(run), run["bucket_mb"], run["dtype"], b["bytes"]), b["hook_over_bare"])
+    if not pairs:
+        return []
+    verdicts = [ratio["target"] for ratio in pairs.values()]
+    texts = [f"the hook over a bare algorithms.allreduce of the same bytes, paired by round, against the target of at "
+             f"most {HOOK_BOUND}x (met: the interval's upper end at most {HOOK_BOUND}; missed: its lower end above; "
+             f"else undecided): {verdicts.count('met')} met, {verdicts.count('missed')} missed, "
+             f"{verdicts.count('undecided')} undecided of {len(pairs)}"]
+    for (name, bucket, dtype, nbytes), ratio in pairs.items():
+        if len(pairs) <= listed or ratio["target"] != "met":
+            texts.append(f"  {name}, {mib(nbytes)} {dtype} (cap {bucket:g} MiB): {span(ratio, 'x')}: {ratio['target']}")
+    return texts
 
 
 def summary_lines(runs):
     """The summary's lines, and the all-reducing runs whose parameters differ across ranks."""
-    texts = ["", "Summary: per bucket cap and dtype, the compute time, the fastest all-reduce's step, and its "
-                 "efficiency E = compute / step"]
+    texts = ["", "Summary: per bucket cap and dtype, the compute time, the fastest all-reduce's step (and those that "
+                 "tie with it), its efficiency E = compute / step and its model over its step, paired by round"]
     groups = {}
     for run in runs:
         groups.setdefault((run["bucket_mb"], run["dtype"]), []).append(run)
     for (bucket, dtype), group in groups.items():
-        reducing = [r for r in group if r["algorithm"] != "noop"]
-        compute = group[0]["compute_ms"]
+        reducing = {label(r): r for r in group if r["algorithm"] != "noop"}
+        head = f"  {bucket:g} MiB {dtype}: compute {span(group[0]['compute'])} ms"
         if not reducing:
-            texts.append(f"  {bucket:g} MiB {dtype}: compute {compute:.1f} ms")
+            texts.append(head)
             continue
-        best = min(reducing, key=lambda r: r["step_ms"])
-        error = (best["model_step_ms"] - best["step_ms"]) / best["step_ms"] * 100
-        texts.append(f"  {bucket:g} MiB {dtype}: compute {compute:.1f} ms; fastest {row_cells(best)[0]} "
-                     f"{best['step_ms']:.1f} ms a step, {best['exposed_ms']:.1f} ms exposed, E = "
-                     f"{compute / best['step_ms'] * 100:.0f}%; its model {best['model_step_ms']:.1f} ms "
-                     f"({error:+.0f}%)")
-    over = [(b["hook_over_bare"], r, b) for r in runs for b in r["buckets"] if b.get("hook_over_bare") is not None]
-    if over:
-        most, run, bucket = max(over, key=lambda item: item[0])
-        texts.append(f"the hook over a bare algorithms.allreduce of the same bytes, timed in turn: median "
-                     f"{statistics.median(o for o, _, _ in over) * 100:+.1f}%, at most {most * 100:+.1f}% "
-                     f"({run['algorithm']}, {mib(bucket['bytes'])} {run['dtype']})")
+        best, ties = stats.fastest({name: r["rounds"]["step_ms"] for name, r in reducing.items()})
+        run = reducing[best]
+        efficiency = stats.paired_ratio(run["rounds"]["compute_ms"], run["rounds"]["step_ms"]).as_dict()
+        model = stats.paired_ratio(run["rounds"]["model_step_ms"], run["rounds"]["step_ms"]).as_dict()
+        tied = f" (tie: {', '.join(ties[1:])})" if len(ties) > 1 else ""
+        texts.append(f"{head}; fastest {best} {span(run['step'])} ms a step{tied}, {span(run['exposed'])} ms exposed, "
+                     f"E = {span(efficiency)}; its model {span(run['model_step'])} ms, {span(model, 'x')} of the step")
+    texts += hook_lines(runs)
     if any(r["algorithm"] == "noop" and not r["params_identical"] for r in runs):
         texts.append("noop's parameters differ across ranks by construction: each rank keeps its own gradients")
     wrong = [r for r in runs if r["algorithm"] != "noop" and not r["params_identical"]]
@@ -271,55 +364,124 @@ def summary_lines(runs):
     return [comment(text) if text else "#" for text in texts], wrong
 
 
-# ---------------------------------------------------------------- runs
+# ---------------------------------------------------------------- rounds
 
-def measure(comm, model, spec, ts, reference, gloo_params, warmup, steps, shared=None):
-    """One run's entry of the -J document (collective). ``reference``: the noop run of the same bucket cap
-    and dtype ({"compute_ms", "backward_ms", "buckets"}), None for the noop run itself; ``shared``: why
-    the cores are shared (:func:`train_step.shared_cores`), None when each rank has one to spare."""
-    parameters, seconds, calls, begun = ts.train(comm, model, spec, warmup, steps)
-    median, p95 = ts.step_stats(comm, seconds)
-    buckets, backward_ms = ts.bucket_rows(comm, calls, begun)
-    if reference is not None:
-        ready = {b["index"]: b["ready_ms"] for b in reference["buckets"]}
-        if not buckets:  # gloo: no hook, the same buckets as the noop run
-            buckets = [{k: v for k, v in b.items() if k in ("index", "bytes")} for b in reference["buckets"]]
-        backward_ms = reference["backward_ms"]
-    else:
-        ready = {b["index"]: b["ready_ms"] for b in buckets}
-    times, cpu, hooked = ts.time_buckets(comm, spec, sorted({b["bytes"] for b in buckets}))
-    size = comm.Get_size()
+def percentile(values, p):
+    """nccl-tests' percentile (:func:`bench.core.timing.iteration_stats`): the ceil(n p / 100)-th smallest."""
+    kept = sorted(values)
+    return kept[min(len(kept) - 1, (len(kept) * p + 99) // 100 - 1)]
+
+
+def figure(values):
+    """A figure of the -J document: the median of ``values`` (one a round) with its interval."""
+    return stats.median_interval(values).as_dict()
+
+
+def ratios(numerators, denominators):
+    """(per round a / b, None where b <= 0, which :func:`stats.paired_ratio` leaves out; their
+    :class:`stats.Interval`, None where no round has one)."""
+    per_round = [a / b if b > 0 else None for a, b in zip(numerators, denominators)]
+    if all(r is None for r in per_round):
+        return per_round, None
+    return per_round, stats.paired_ratio(numerators, denominators)
+
+
+def bucket_entries(spec, rounds, reference, size):
+    """Per bucket in DDP's order ({"index", "bytes", then each figure's median and interval, and
+    "rounds": each figure's values per round}), from the rounds as :func:`entry` takes them."""
     factor = 2 * (size - 1) / size
-    for b in buckets:
-        b["ready_ms"] = ready[b["index"]]
-        b["allreduce_ms"] = times[b["bytes"]] * 1e3
-        b["busbw"] = b["bytes"] / times[b["bytes"]] * factor / 1e9 if spec.reduces and times[b["bytes"]] else None
-        b["cpu_share"] = cpu[b["bytes"]]
-        b["hook_over_bare"] = hooked[b["bytes"]] / times[b["bytes"]] - 1 if hooked[b["bytes"]] else None
-        if spec.algorithm == "auto":
-            b["auto_picked"] = algorithms.auto.choice(b["bytes"], ts.DTYPES[spec.dtype][1], comm=comm)[0]
-    compute_ms = median * 1e3 if reference is None else reference["compute_ms"]
+    hooked = bool(rounds[-1]["buckets"])  # gloo: no hook, the noop run's buckets
+    made = []
+    for b in (rounds if hooked else reference)[-1]["buckets"]:
+        index, nbytes = b["index"], b["bytes"]
+        per = {"ready_ms": [next(r["ready_ms"] for r in one["buckets"] if r["index"] == index) for one in reference],
+               "allreduce_ms": [one["times"][nbytes] * 1e3 for one in rounds],
+               "cpu_share": [one["shares"][nbytes] for one in rounds]}
+        row = {"index": index, "bytes": nbytes}
+        for name, values in per.items():
+            row[name] = stats.median(values)
+        row["ready"], row["allreduce"] = figure(per["ready_ms"]), figure(per["allreduce_ms"])
+        row["busbw"] = nbytes / row["allreduce_ms"] * 1e3 * factor / 1e9 if spec.reduces and row["allreduce_ms"] \
+            else None
+        if hooked:
+            per["hook_ms"] = [next(r["hook_ms"] for r in one["buckets"] if r["index"] == index) for one in rounds]
+            row["hook_ms"] = stats.median(per["hook_ms"])
+        hook = [one["hooked"][nbytes] for one in rounds]
+        row["hook_over_bare"] = None
+        if None not in hook:  # our algorithms: the synchronous hook timed alone, in turn with the bare all-reduce
+            per["hook_alone_ms"] = [t * 1e3 for t in hook]
+            row["hook_alone_ms"] = stats.median(per["hook_alone_ms"])
+            per["hook_over_bare"], ratio = ratios(hook, [one["times"][nbytes] for one in rounds])
+            row["hook_over_bare"] = {**ratio.as_dict(), "target": hook_target(ratio)}
+        row["rounds"] = per
+        made.append(row)
+    return made
+
+
+def entry(spec, rounds, reference, gloo, shared, size):
+    """One run's entry of the -J document from what each round measured (``rounds``:
+    :meth:`train_step.Run.round`'s, one a round), beside the rounds of the noop run of the same
+    bucket cap and dtype (``reference``; None for the noop run itself) and of its gloo run
+    (``gloo``; None where none ran, and for gloo and noop); ``shared``: why the cores are shared
+    (:func:`train_step.shared_cores`), None when each rank has one to spare. Every figure is the
+    median over the rounds with its interval, the model's included (each round's from that
+    round's measurements); every ratio is paired by round."""
+    reference = rounds if reference is None else reference
+    step = [stats.median(one["steps_s"]) * 1e3 for one in rounds]
+    compute = [stats.median(one["steps_s"]) * 1e3 for one in reference]
+    exposed = [s - c for s, c in zip(step, compute)]
+    backward = [one["backward_ms"] for one in reference]
+    buckets = bucket_entries(spec, rounds, reference, size)
     taken = spec.asynchronous and shared is not None  # its processor time comes out of the backward pass
-    stolen = sum(b["allreduce_ms"] * b["cpu_share"] for b in buckets) if taken else 0.0
-    model_exposed = stolen + exposed_after(
-        [b["ready_ms"] for b in buckets], [b["allreduce_ms"] * (1 - b["cpu_share"] if taken else 1) for b in buckets],
-        backward_ms, blocking=not spec.asynchronous)
-    total = sum(times[b["bytes"]] for b in buckets)
+    model_exposed = []
+    for i, backward_ms in enumerate(backward):
+        times = [b["rounds"]["allreduce_ms"][i] for b in buckets]
+        shares = [b["rounds"]["cpu_share"][i] if taken else 0.0 for b in buckets]
+        model_exposed.append(sum(t * c for t, c in zip(times, shares)) + exposed_after(
+            [b["rounds"]["ready_ms"][i] for b in buckets], [t * (1 - c) for t, c in zip(times, shares)], backward_ms,
+            blocking=not spec.asynchronous))
+    model_step = [c + m for c, m in zip(compute, model_exposed)]
+    per_step = [sum(b["rounds"]["allreduce_ms"][i] for b in buckets) for i in range(len(rounds))]
     nbytes = sum(b["bytes"] for b in buckets)
-    entry = {
-        "algorithm": spec.algorithm, "overlap": spec.asynchronous, "bucket_mb": spec.bucket_mb, "dtype": spec.dtype,
-        "step_ms": median * 1e3, "step_p95_ms": p95 * 1e3, "compute_ms": compute_ms,
-        "exposed_ms": median * 1e3 - compute_ms, "model_step_ms": compute_ms + model_exposed,
-        "model_exposed_ms": model_exposed, "backward_ms": backward_ms, "bytes_per_step": nbytes,
-        "buckets": buckets, "allreduce_ms_per_step": total * 1e3,
+    total = stats.median(per_step)
+    overlaps = [one["overlap"] for one in rounds]
+    per = {"steps_ms": [[t * 1e3 for t in one["steps_s"]] for one in rounds], "step_ms": step, "compute_ms": compute,
+           "exposed_ms": exposed, "model_step_ms": model_step, "model_exposed_ms": model_exposed,
+           "backward_ms": backward, "allreduce_ms_per_step": per_step}
+    made = {"algorithm": spec.algorithm, "overlap": spec.asynchronous, "bucket_mb": spec.bucket_mb,
+            "dtype": spec.dtype, "step_ms": stats.median(step), "step": figure(step),
+            "step_p95_ms": percentile([t * 1e3 for one in rounds for t in one["steps_s"]], 95)}
+    for name in ("compute", "exposed", "model_step", "model_exposed", "backward"):
+        made[f"{name}_ms"], made[name] = stats.median(per[f"{name}_ms"]), figure(per[f"{name}_ms"])
+    made.update({
+        "bytes_per_step": nbytes, "buckets": buckets, "allreduce_ms_per_step": total,
         "hook_ms_per_step": sum(b["hook_ms"] for b in buckets) if buckets and "hook_ms" in buckets[0] else None,
-        "busbw": nbytes / total * factor / 1e9 if spec.reduces and total else None,
-        "overlap_reached": ts.overlap_of(comm, calls) if spec.reduces and spec.algorithm != ts.GLOO else None,
-        "params_identical": ts.identical(comm, parameters),
-        "vs_gloo_max_rel_diff": (ts.max_rel_diff(comm, parameters, gloo_params)
-                                 if gloo_params is not None and spec.reduces and spec.algorithm != ts.GLOO else None),
-    }
-    return entry, parameters
+        "busbw": nbytes / total * 1e3 * 2 * (size - 1) / size / 1e9 if spec.reduces and total else None,
+        "overlap_reached": None if None in overlaps else stats.median(overlaps),
+        "step_vs_gloo": None, "exposed_vs_gloo": None, "params_identical": None, "vs_gloo_max_rel_diff": None,
+        "rounds": per})
+    if gloo is not None:
+        gloo_step = [stats.median(one["steps_s"]) * 1e3 for one in gloo]
+        for name, mine, theirs in (("step", step, gloo_step),
+                                   ("exposed", exposed, [g - c for g, c in zip(gloo_step, compute)])):
+            per[f"{name}_vs_gloo"], ratio = ratios(mine, theirs)
+            made[f"{name}_vs_gloo"] = None if ratio is None else {**ratio.as_dict(), "verdict": stats.verdict(ratio)}
+    return made
+
+
+def entries(configs, measured, shared, size, pick):
+    """Every run's entry (:func:`entry`) from ``measured`` ({spec: its rounds so far}); ``pick(bytes,
+    dtype)``: what auto runs for a bucket."""
+    made = []
+    for spec in configs:
+        group = {s.algorithm: measured[s] for s in configs if (s.bucket_mb, s.dtype) == (spec.bucket_mb, spec.dtype)}
+        ours = spec.algorithm not in SPECIAL
+        made.append(entry(spec, measured[spec], None if spec.algorithm == "noop" else group["noop"],
+                          group.get("gloo") if ours else None, shared, size))
+        if spec.algorithm == "auto":
+            for b in made[-1]["buckets"]:
+                b["auto_picked"] = pick(b["bytes"], spec.dtype)
+    return made
 
 
 def main(argv=None):
@@ -347,7 +509,8 @@ def main(argv=None):
     doc = {"benchmark": "train", "version": VERSION, "start_time": now(), "args": list(sys.argv[1:] if argv is None
                                                                                         else argv),
            "machine": describe(), "ranks": comm.Get_size(), "nodes": len(set(node_numbers(comm))),
-           "torch": torch.__version__, "threads": args.threads, "warmup": args.warmup, "steps": args.steps,
+           "torch": torch.__version__, "threads": args.threads, "warmup": args.warmup, "rounds": args.rounds,
+           "steps": args.steps, "coverage": round(coverage(args.rounds), 4),
            "model": {"kind": args.model, "layers": args.layers, "width": args.width, "batch": args.batch,
                      "seed": args.seed, "parameters": count, "fp32_gradient_bytes": count * 4, "description": text},
            "cores_shared": shared, "complete": False, "runs": []}
@@ -356,35 +519,58 @@ def main(argv=None):
         print("\n".join(header_lines(comm, doc)), flush=True)
     else:
         oversubscription(comm)  # collective
+    size = comm.Get_size()
+
+    def pick(nbytes, dtype):
+        return algorithms.auto.choice(nbytes, ts.DTYPES[dtype][1], comm=comm)[0]
+
+    configs = specs(algos, buckets, dtypes, overlaps, ts)
+    measured = {spec: [] for spec in configs}
+    runs = {}
     gloo = GlooBaseline()
     gloo.start(comm)
     try:
-        references, gloo_params, printed = {}, {}, False
-        for spec in specs(algos, buckets, dtypes, overlaps, ts):
-            key = (spec.bucket_mb, spec.dtype)
-            entry, parameters = measure(comm, model, spec, ts, references.get(key), gloo_params.get(key),
-                                        args.warmup, args.steps, shared)
-            if spec.algorithm == ts.NOOP:
-                references[key] = entry
+        for spec in configs:  # each built once, the noop run of its bucket cap and dtype before it
+            noop = ts.Spec(ts.NOOP, False, spec.bucket_mb, spec.dtype)
+            runs[spec] = ts.Run(comm, model, spec, args.warmup, runs.get(noop) if spec != noop else None)
+        began = time.perf_counter()
+
+        def measure(spec, index):
+            measured[spec].append(runs[spec].round(args.steps))
+            if all(len(rounds) == index + 1 for rounds in measured.values()):  # the round's last
+                doc["runs"] = entries(configs, measured, shared, size, pick)
                 if rank0:
-                    print(group_line(entry))
-                    if not printed:
-                        print(line(COLUMNS, "# ") + "\n" + line(UNITS, "# "))
-                        printed = True
-            elif spec.algorithm == ts.GLOO:
-                gloo_params[key] = [p.detach().clone() for p in parameters]
-            doc["runs"].append(entry)
-            if rank0:
-                print(line(row_cells(entry)), flush=True)
-                if args.json:
-                    write_json_atomically(args.json, {**doc, "end_time": now()})
+                    print(comment(f"round {index + 1} of {args.rounds}: {time.perf_counter() - began:.1f} s"),
+                          flush=True)
+                    if args.json:
+                        write_json_atomically(args.json, {**doc, "end_time": now()})
+
+        _, places = interleaved(configs, args.rounds, measure)
+        gloo_params = {}
+        for spec, run in zip(configs, doc["runs"]):  # gloo before ours in each bucket cap and dtype
+            key = (spec.bucket_mb, spec.dtype)
+            parameters = runs[spec].parameters()
+            if spec.algorithm == ts.GLOO:
+                gloo_params[key] = parameters
+            run["rounds"]["place"] = places[spec]
+            run["params_identical"] = ts.identical(comm, parameters)
+            if key in gloo_params and spec.algorithm not in SPECIAL:
+                run["vs_gloo_max_rel_diff"] = ts.max_rel_diff(comm, parameters, gloo_params[key])
     finally:
+        for run in runs.values():
+            run.close()
         gloo.close()
     lines, wrong = summary_lines(doc["runs"])
     doc["complete"] = True
-    doc["wrong"] = [row_cells(r)[0] + f" ({r['bucket_mb']:g} MiB, {r['dtype']})" for r in wrong]
+    doc["wrong"] = [label(r) + f" ({r['bucket_mb']:g} MiB, {r['dtype']})" for r in wrong]
     if rank0:
-        print("\n".join(lines), flush=True)
+        groups = [r for r in doc["runs"] if r["algorithm"] == "noop"]
+        print("\n".join([*map(group_line, groups),
+                         comment(f"median [95% interval] over {plural(args.rounds, 'round')}; exposed = step - compute "
+                                 "in each round; exposed/gloo: paired by round, a tie where the interval holds 1"),
+                         *table_lines(TIMES, TIMES_UNITS, [time_cells(r) for r in doc["runs"]]), "#",
+                         *table_lines(CHECKS, CHECKS_UNITS, [check_cells(r) for r in doc["runs"]]), *lines]),
+              flush=True)
         if args.json:
             write_json_atomically(args.json, {**doc, "end_time": now()})
             print(f"# wrote {args.json}")

@@ -1,7 +1,7 @@
 """``python -m bench train --plot FILE.png``: step time against DDP's bucket cap (log x), one colour
-per all-reduce: measured (solid, markers) beside the model built from the same run's
-measurements (dashed, same colour), and the compute time (each bucket cap's noop run) as a
-dotted black line.
+per all-reduce: measured (solid, markers, the bars its 95% interval over the rounds) beside the
+model built from the same rounds' measurements (dashed, same colour), and the compute time (each
+bucket cap's noop run) as a dotted black line.
 One panel per dtype. The model: E = T_c / (T_c + exposed), exposed communication as
 :func:`bench.tools.scaling.exposed_after` computes it (see :mod:`bench.tools.train`)."""
 
@@ -9,8 +9,8 @@ from ..formats.tables import significant
 
 
 def curves(runs):
-    """{dtype: {label: [(bucket MiB, measured ms, model ms)]}} sorted by bucket, noop apart as
-    {dtype: [(bucket MiB, compute ms)]}."""
+    """{dtype: {label: [(bucket MiB, measured ms, model ms, the measured interval's low and high ms)]}}
+    sorted by bucket, noop apart as {dtype: [(bucket MiB, compute ms)]}."""
     series, compute = {}, {}
     for run in runs:
         if run["algorithm"] == "noop":
@@ -18,7 +18,8 @@ def curves(runs):
             continue
         label = run["algorithm"] + (" (overlap)" if run["overlap"] and run["algorithm"] != "gloo" else "")
         series.setdefault(run["dtype"], {}).setdefault(label, []).append(
-            (run["bucket_mb"], run["step_ms"], run["model_step_ms"]))
+            (run["bucket_mb"], run["step_ms"], run["model_step_ms"], run["step"]["ci_low"],
+             run["step"]["ci_high"]))
     return {d: {k: sorted(v) for k, v in s.items()} for d, s in series.items()}, {d: sorted(v) for d, v in compute.items()}
 
 
@@ -39,7 +40,9 @@ def plot(document, output):
         for label, points in series.get(dtype, {}).items():
             colour = palette[labels.index(label) % len(palette)]
             buckets = [p[0] for p in points]
-            ax.plot(buckets, [p[1] for p in points], marker="o", color=colour, label=f"{label}, measured")
+            below, above = [p[1] - p[3] for p in points], [p[4] - p[1] for p in points]
+            ax.errorbar(buckets, [p[1] for p in points], yerr=[below, above], marker="o", color=colour, capsize=3,
+                        label=f"{label}, measured [95% interval]")
             ax.plot(buckets, [p[2] for p in points], linestyle="--", marker="x", color=colour, alpha=0.8,
                     label=f"{label}, model")
         if dtype in compute:  # each bucket cap's noop run; one alone spans the axis

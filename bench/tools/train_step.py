@@ -1,25 +1,26 @@
-"""One run of ``python -m bench train``: the synthetic model, DDP over gloo, the timed steps,
-each bucket's all-reduce timed alone, and the parameters checked across ranks.
+"""One configuration of ``python -m bench train``, built once and run in every round: the
+synthetic model, DDP over gloo, the timed steps, each bucket's all-reduce timed alone, and the
+parameters checked across ranks.
 
 The model (an MLP of ``layers`` square ``nn.Linear`` + ReLU, or ``nn.TransformerEncoderLayer``
 blocks) starts from the same parameters on every rank (``torch.manual_seed``); each rank
 trains on its own synthetic batches (a generator seeded with the seed and the rank), cycled, so
-every run sees the same data. DDP's process group is gloo's, set up as the gloo baseline does
+every configuration sees the same data. DDP's process group is gloo's, set up as the gloo baseline does
 (:meth:`bench.baselines.gloo.GlooBaseline.start`); the gradients travel by DDP's own gloo
 all-reduce (``gloo``), by :func:`algorithms.torch.allreduce_hook` (our algorithms, synchronous
 or overlapping) or not at all (``noop``, :func:`algorithms.torch.noop_hook`: the compute time).
 
-A step is forward, MSE loss, backward, SGD step, timed with ``time.perf_counter`` on every rank;
-a step's time is the slowest rank's. The hooks record when each bucket was handed over, so
-the noop run measures when each bucket becomes ready after the backward pass begins, and
-the overlapping hook when its all-reduces ran (the overlap reached,
-:func:`algorithms.torch.overlap_reached`). After the steps, each bucket size's all-reduce is
-timed alone with the suite's timing loop (:func:`bench.core.timing.timed`): ours through
-``algorithms.allreduce`` on a NumPy view of a tensor of the bucket's bytes and dtype, gloo's through
-``torch.distributed.all_reduce`` on a tensor of that size. Those times and the noop run's
-ready times are the model's inputs (:func:`bench.tools.scaling.exposed_after`): efficiency
-E = T_c / (T_c + T_m) where nothing overlaps, and where buckets go out while the backward pass
-goes on, only the exposed communication (what ends after the backward pass) counts.
+A :class:`Run` builds its model, DDP and hook once and runs its warm-up steps; each round then
+calls :meth:`Run.round`: a few steps (forward, MSE loss, backward, SGD step, timed with
+``time.perf_counter`` on every rank; a step's time is the slowest rank's), then each bucket
+size's all-reduce timed alone with the suite's timing loop (:func:`bench.core.timing.timed`):
+ours through ``algorithms.allreduce`` on a NumPy view of a tensor of the bucket's bytes and
+dtype, in turn with the synchronous hook on the same tensor, gloo's through
+``torch.distributed.all_reduce`` on a tensor of that size. The hooks record when each bucket was
+handed over, so the noop run measures when each bucket becomes ready after the backward pass
+begins, and the overlapping hook when its all-reduces ran (the overlap reached,
+:func:`algorithms.torch.overlap_reached`). A round's times and the noop run's ready times of
+the same round are the model's inputs (:func:`bench.tools.scaling.exposed_after`).
 """
 
 import hashlib
@@ -50,8 +51,8 @@ DISTURB = "BENCH_TRAIN_DISTURB_RANK"
 SEQUENCE = 32  # tokens per sample of the transformer
 BATCHES = 4  # distinct batches per rank, cycled
 MOST_ITERS = 20  # cap on the iterations of one bucket size's timing loop
-TURN_SECONDS = 0.2  # and on its length: a bucket over a slow network takes fewer
-REPEATS = 5  # turns of that loop, the median kept
+TURN_SECONDS = 0.05  # and on its length: a bucket over a slow network takes fewer
+REPEATS = 2  # turns of that loop a round, the order of bare and hook swapped between them, the median kept
 
 
 @dataclass(frozen=True)
@@ -107,57 +108,131 @@ class Spec:
         return f"{self.algorithm}{' (overlap)' if self.overlap and self.algorithm != GLOO else ''}"
 
 
-def percentile(values, p):
-    """nccl-tests' percentile (:func:`bench.core.timing.iteration_stats`): the ceil(n p / 100)-th smallest."""
-    kept = sorted(values)
-    return kept[min(len(kept) - 1, (len(kept) * p + 99) // 100 - 1)]
+class Run:
+    """One configuration (a :class:`Spec`), built once and kept for every round: its model under
+    DDP, the hook's state, the optimizer and data, and the tensors its buckets are timed alone
+    on. Made collectively (DDP broadcasts the parameters); its ``warmup`` steps run at once (DDP
+    rebuilds its buckets after the first). ``reference``: the noop :class:`Run` of the same
+    bucket cap and dtype, whose buckets a run without a hook (gloo) times alone."""
 
+    def __init__(self, comm, model, spec, warmup, reference=None):
+        self.comm, self.spec, self.reference = comm, spec, reference
+        self.module = model.build(spec.dtype)
+        self.ddp = DistributedDataParallel(self.module, bucket_cap_mb=spec.bucket_mb)
+        self.state = None
+        if spec.algorithm != GLOO:
+            self.state = art.HookState(algorithm="auto" if spec.algorithm == NOOP else spec.algorithm, comm=comm,
+                                       overlap=spec.overlap)
+            self.ddp.register_comm_hook(self.state, art.noop_hook if spec.algorithm == NOOP else art.allreduce_hook)
+        self.optimizer = torch.optim.SGD(self.ddp.parameters(), lr=0.01)
+        self.data = model.batches(spec.dtype, comm.Get_rank())
+        self.done = 0  # steps run so far, the warm-up's included: which batch comes next
+        self.sizes = None  # the buckets' bytes, from the last round's records
+        self.timer = art.HookState(algorithm=spec.algorithm, comm=comm) if spec.reduces and spec.algorithm != GLOO \
+            else None  # the synchronous hook, timed beside the bare all-reduce
+        self.turns = {}  # bucket bytes -> (its calls to time, iterations a turn)
+        self.steps(warmup)
 
-def train(comm, model, spec, warmup, steps):
-    """Run ``spec``: ``warmup`` then ``steps`` timed steps. Returns (the DDP-wrapped module's
-    parameters, per-step seconds on this rank, per-step hook calls, per-step backward start
-    times)."""
-    module = model.build(spec.dtype)
-    ddp = DistributedDataParallel(module, bucket_cap_mb=spec.bucket_mb)
-    state = None
-    if spec.algorithm != GLOO:
-        state = art.HookState(algorithm="auto" if spec.algorithm == NOOP else spec.algorithm, comm=comm,
-                              overlap=spec.overlap)
-        ddp.register_comm_hook(state, art.noop_hook if spec.algorithm == NOOP else art.allreduce_hook)
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
-    data = model.batches(spec.dtype, comm.Get_rank())
-    seconds, calls, begun = [], [], []
-    clock = time.perf_counter
-    try:
-        for i in range(warmup + steps):
-            x, y = data[i % len(data)]
-            if i == warmup:
-                comm.Barrier()
+    def steps(self, count):
+        """``count`` steps after a barrier: (per-step seconds on this rank, per-step hook calls,
+        per-step backward start times)."""
+        seconds, calls, begun = [], [], []
+        clock = time.perf_counter
+        self.comm.Barrier()
+        for _ in range(count):
+            x, y = self.data[self.done % len(self.data)]
+            self.done += 1
             start = clock()
-            loss = torch.nn.functional.mse_loss(ddp(x), y)
+            loss = torch.nn.functional.mse_loss(self.ddp(x), y)
             backward = clock()
             loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
+            self.optimizer.step()
+            self.optimizer.zero_grad()
             end = clock()
-            made = state.take() if state is not None else []
-            if i >= warmup:
-                seconds.append(end - start)
-                calls.append(made)
-                begun.append(backward)
-    finally:
-        if state is not None:
-            state.close()
-    if spec.reduces and os.environ.get(DISTURB, "") == str(comm.Get_rank()):
-        with torch.no_grad():
-            next(module.parameters()).view(-1)[0] += 1
-    return list(module.parameters()), seconds, calls, begun
+            seconds.append(end - start)
+            calls.append(self.state.take() if self.state is not None else [])
+            begun.append(backward)
+        return seconds, calls, begun
 
+    def round(self, steps):
+        """One round of this configuration (collective): ``steps`` steps, then each bucket size's
+        all-reduce timed alone. {"steps_s": [each step's seconds, the slowest rank's], "buckets":
+        :func:`bucket_rows`' rows, "backward_ms", "overlap": :func:`overlap_of`, and "times",
+        "shares", "hooked": :meth:`time_buckets`' dicts}."""
+        seconds, calls, begun = self.steps(steps)
+        worst = np.max(np.array(self.comm.allgather(seconds)), axis=0).tolist()
+        rows, backward_ms = bucket_rows(self.comm, calls, begun)
+        if rows:
+            self.sizes = sorted({r["bytes"] for r in rows})
+        sizes = self.sizes if self.reference is None else self.reference.sizes
+        if sizes is None:
+            raise RuntimeError(f"{self.spec.label()}: no bucket sizes yet (its noop run goes first in round 0)")
+        times, shares, hooked = self.time_buckets(sizes)
+        return {"steps_s": worst, "buckets": rows, "backward_ms": backward_ms, "overlap": overlap_of(self.comm, calls),
+                "times": times, "shares": shares, "hooked": hooked}
 
-def step_stats(comm, seconds):
-    """(median, p95) in seconds of the steps, each the slowest rank's."""
-    worst = np.max(np.array(comm.allgather(seconds)), axis=0).tolist()
-    return statistics.median(worst), percentile(worst, 95)
+    def time_buckets(self, sizes):
+        """Per bucket size: ({bytes: seconds} of one all-reduce with this run's all-reduce, {bytes:
+        CPU share}, {bytes: seconds} of the synchronous hook on it, or None), this round's. The CPU
+        share is the process's processor time over the loop's wall time (every thread: gloo
+        reduces on threads of its own; at most 1). Timed alone (:func:`bench.core.timing.timed`:
+        one warm-up call, then the slowest rank, mean over the iterations, median of
+        :data:`REPEATS` turns of at most :data:`MOST_ITERS` calls or :data:`TURN_SECONDS`, the
+        number fixed in the first round), our algorithms in turn with
+        :func:`algorithms.torch.allreduce_hook` on the same tensor (the hook's own cost is the
+        difference). In place, as the hook and DDP reduce, on memory from PyTorch's allocator,
+        made once: a transport may route a message by the pages it lies in
+        (:mod:`algorithms.transports.pages`), and NumPy's own large arrays get huge pages where
+        PyTorch's need not."""
+        if not self.spec.reduces:
+            return dict.fromkeys(sizes, 0.0), dict.fromkeys(sizes, 0.0), dict.fromkeys(sizes)
+        times, shares, hooked = {}, {}, dict.fromkeys(sizes)
+        for nbytes in sizes:  # one at a time: each size's iterations fit its own size
+            if nbytes not in self.turns:
+                self.turns[nbytes] = self._calls(nbytes, len(self.turns))
+            calls, iters = self.turns[nbytes]
+            wall, cpu = time.perf_counter(), time.process_time()
+            result = {name: statistics.median(rounds) for name, rounds in timed(self.comm, calls, iters, 1,
+                                                                                 REPEATS).items()}
+            share = (time.process_time() - cpu) / max(time.perf_counter() - wall, 1e-9)
+            times[nbytes], hooked[nbytes] = result["bare"], result.get("hook")
+            shares[nbytes] = max(self.comm.allgather(min(share, 1.0)))
+            if self.timer is not None:
+                self.timer.take()
+        return times, shares, hooked
+
+    def _calls(self, nbytes, index):
+        """({"bare": ..., "hook": ...} on a tensor of ``nbytes`` (gloo: "bare" alone), the
+        iterations of a turn of about :data:`TURN_SECONDS`): made once per size (collective)."""
+        torch_dtype, np_dtype = DTYPES[self.spec.dtype]
+        tensor = torch.zeros(nbytes // np_dtype.itemsize, dtype=torch_dtype)
+        comm, algorithm = self.comm, self.spec.algorithm
+        if self.timer is None:
+            calls = {"bare": lambda: dist.all_reduce(tensor)}
+        else:  # a NumPy view of a tensor: memory from PyTorch's allocator, in the pages DDP's buckets get
+            bucket = _Bucket(tensor, index)
+            vector = self.timer.view_of(bucket)[1]
+            calls = {"bare": lambda: algorithms.allreduce(vector, vector, op="avg", algorithm=algorithm, comm=comm),
+                     "hook": lambda: art.allreduce_hook(self.timer, bucket).wait()}
+        calls["bare"]()  # once, untimed: then how many a turn of about TURN_SECONDS holds
+        began = time.perf_counter()
+        calls["bare"]()
+        once = comm.allreduce(time.perf_counter() - began, op=MPI.MAX)
+        return calls, max(1, min(iterations_for(nbytes), MOST_ITERS, int(TURN_SECONDS / max(once, 1e-9))))
+
+    def parameters(self):
+        """The module's parameters (after the last round); where BENCH_TRAIN_DISTURB_RANK names
+        this rank, an all-reducing run's first one is changed first."""
+        if self.spec.reduces and os.environ.get(DISTURB, "") == str(self.comm.Get_rank()):
+            with torch.no_grad():
+                next(self.module.parameters()).view(-1)[0] += 1
+        return list(self.module.parameters())
+
+    def close(self):
+        """Stop the hooks' communication threads."""
+        for state in (self.state, self.timer):
+            if state is not None:
+                state.close()
 
 
 def bucket_rows(comm, calls, begun):
@@ -214,55 +289,14 @@ class _Bucket:
     """What the hook reads of DDP's ``GradBucket`` (its tensor and index), for timing the hook
     alone on a tensor of a bucket's size."""
 
-    def __init__(self, tensor):
-        self._tensor = tensor
+    def __init__(self, tensor, index):
+        self._tensor, self._index = tensor, index
 
     def buffer(self):
         return self._tensor
 
     def index(self):
-        return 0
-
-
-def time_buckets(comm, spec, sizes):
-    """Per bucket size: ({bytes: seconds} of one all-reduce with this run's all-reduce, {bytes: CPU
-    share}, {bytes: seconds} of the synchronous hook on it, or None). The CPU share is the
-    process's processor time over the loop's wall time (every thread: gloo reduces on threads of
-    its own; at most 1). Timed alone (:func:`bench.core.timing.timed`: as many warm-up calls as
-    timed ones, then the slowest rank, mean over the iterations, median of :data:`REPEATS`
-    turns of at most :data:`MOST_ITERS` calls or :data:`TURN_SECONDS`), our algorithms in turn
-    with :func:`algorithms.torch.allreduce_hook` on the same tensor (the hook's own cost is the
-    difference). In place, as the hook and DDP reduce, on memory from PyTorch's allocator: a
-    transport may route a message by the pages it lies in (:mod:`algorithms.transports.pages`),
-    and NumPy's own large arrays get huge pages where PyTorch's need not."""
-    if not spec.reduces:
-        return dict.fromkeys(sizes, 0.0), dict.fromkeys(sizes, 0.0), dict.fromkeys(sizes)
-    torch_dtype, np_dtype = DTYPES[spec.dtype]
-    times, shares, hooked = {}, {}, dict.fromkeys(sizes)
-    state = None if spec.algorithm == GLOO else art.HookState(algorithm=spec.algorithm, comm=comm)
-    for nbytes in sizes:  # one at a time: each size's iterations fit its own size
-        tensor = torch.zeros(nbytes // np_dtype.itemsize, dtype=torch_dtype)
-        if state is None:
-            calls = {"bare": lambda: dist.all_reduce(tensor)}
-        else:  # a NumPy view of a tensor: memory from PyTorch's allocator, in the pages DDP's buckets get
-            bucket = _Bucket(tensor)
-            vector = state.view_of(bucket)[1]
-            calls = {"bare": lambda: algorithms.allreduce(vector, vector, op="avg", algorithm=spec.algorithm,
-                                                          comm=comm),
-                     "hook": lambda: art.allreduce_hook(state, bucket).wait()}
-        calls["bare"]()  # once, untimed: then how many a turn of about TURN_SECONDS holds
-        began = time.perf_counter()
-        calls["bare"]()
-        once = comm.allreduce(time.perf_counter() - began, op=MPI.MAX)
-        iters = max(1, min(iterations_for(nbytes), MOST_ITERS, int(TURN_SECONDS / max(once, 1e-9))))
-        wall, cpu = time.perf_counter(), time.process_time()
-        result = timed(comm, calls, iters, iters, REPEATS)
-        share = (time.process_time() - cpu) / max(time.perf_counter() - wall, 1e-9)
-        times[nbytes], hooked[nbytes] = result["bare"], result.get("hook")
-        shares[nbytes] = max(comm.allgather(min(share, 1.0)))
-        if state is not None:
-            state.take()
-    return times, shares, hooked
+        return self._index
 
 
 def as_bits(parameter):

@@ -3,10 +3,16 @@ and write the tuning table that auto follows.
 
 The candidates are our algorithms that need no bandwidth matrix, native ``MPI_Allreduce`` among them
 (:func:`algorithms.auto.candidates`; "native" through our entry point, as auto would call it); for each size (8 B, and -b to -e by -f) they are timed in turn,
-out of place, on host vectors of each ``--datatype`` with ``--op``, ``--repeats`` times, median kept
-(:func:`bench.core.timing.timed`: slowest rank, mean over the iterations of a turn). Each measured size
-gets a rule listing the candidates fastest first; a rule covers the sizes up to the geometric mean
-of its size and the next, so a call between measured sizes takes its nearer neighbour's choice.
+out of place, on host vectors of each ``--datatype`` with ``--op``, in ``--repeats`` rounds
+(:func:`bench.core.timing.timed`: slowest rank, mean over the iterations of a turn, the order
+rotated each round). Each measured size gets a rule: its first candidate is the one auto ran
+before (the incumbent: the rule of ``--tuning``'s table, else of ``ALLREDUCE_TUNING_FILE``'s, else
+of the table already at the output path, else the cost model's choice; the first candidate where that one was not timed) unless a
+challenger's paired time over the incumbent's, round by round, has a 95% interval wholly below 1
+(:func:`decide`; :mod:`bench.formats.stats`), then the others by median time. Each rule records
+that interval and the candidates that tie with its choice. A rule covers the sizes up to the
+geometric mean of its size and the next, so a call between measured sizes takes its nearer
+neighbour's choice.
 The rules of the first datatype also stand for every other ("*"). Writes the table, the machine
 and the times (rank 0, atomically; default ``results/tuning-<host>-<N>r.json``) and prints them.
 Then ``ALLREDUCE_TUNING_FILE=FILE`` makes ``algorithm="auto"`` follow it on communicators of
@@ -17,12 +23,13 @@ table says it is oversubscribed.
 import argparse
 import functools
 import math
+import os
 
 import numpy as np
 from mpi4py import MPI
 
 import algorithms
-from algorithms.auto import SCHEMA, candidates
+from algorithms.auto import SCHEMA, candidates, load_table
 from algorithms.ops import check_op_dtype, dtype_index
 from topology.files import write_json_atomically
 from topology.probe import node_numbers
@@ -32,11 +39,38 @@ from ..core.machine import describe, oversubscription, tuning_path
 from ..core.options import ALIASES
 from ..core.sizes import parse_size, sweep
 from ..core.startup import refused
-from ..core.timing import iterations_for, timed
+from ..core.timing import intervals, iterations_for, timed
+from ..formats.stats import LEVEL, median, paired_ratio, rank_coverage
+from ..formats.tables import plural, size_label
+
+
+def decide(rounds, incumbent, level=LEVEL):
+    """Which candidate a size's rule puts first, from ``rounds`` ({name: [seconds per round]},
+    every list from the same rounds): a challenger replaces ``incumbent`` only where its paired
+    time over the incumbent's has an interval (at ``level``) wholly below 1, and of those the one
+    of least median ratio wins; else the incumbent stays. Returns {"choice", "incumbent",
+    "replaced", "challenger" (the winner, else the fastest other by median time, else None),
+    "ratio" (the challenger's paired ratio over the incumbent, an Interval, else None), "ties"
+    (the others whose paired time over the choice's has an interval holding 1), "order" (the
+    choice, then the others by median time)}."""
+    others = [name for name in rounds if name != incumbent]
+    ratios = {name: paired_ratio(rounds[name], rounds[incumbent], level) for name in others}
+    faster = [name for name in others if ratios[name].high < 1.0]
+    if faster:
+        choice = challenger = min(faster, key=lambda name: ratios[name].median)
+    else:
+        choice, challenger = incumbent, min(others, key=lambda name: median(rounds[name]), default=None)
+    rest = sorted((name for name in rounds if name != choice), key=lambda name: median(rounds[name]))
+    return {"choice": choice, "incumbent": incumbent, "replaced": choice != incumbent, "challenger": challenger,
+            "ratio": ratios.get(challenger), "ties": [name for name in rest
+                                                      if paired_ratio(rounds[name], rounds[choice], level).holds(1.0)],
+            "order": [choice, *rest]}
 
 
 def measure(comm, dtype, op, sizes, repeats, names):
-    """{bytes: {candidate: seconds per call}} on ``comm``, every candidate timed in turn at each size."""
+    """{bytes: ({candidate: [seconds per round]}, (incumbent, why))} on ``comm``: every candidate
+    timed in turn at each size, and what auto ran there before (:func:`algorithms.auto.choice`:
+    the table it follows, else the model), or the first candidate where that one was not timed."""
     rows = {}
     for nbytes in sizes:
         count = max(nbytes // dtype.itemsize, 1)
@@ -45,35 +79,73 @@ def measure(comm, dtype, op, sizes, repeats, names):
         calls = {name: functools.partial(algorithms.allreduce, x, y, op=op, algorithm=name, comm=comm, check=False)
                  for name in names if not lacking(name, dtype)}  # native: MPI has no bfloat16 or fp8
         iters = iterations_for(count * dtype.itemsize)
-        rows[count * dtype.itemsize] = timed(comm, calls, iters, max(2, iters // 10), repeats)
+        standing = algorithms.auto.choice(count * dtype.itemsize, dtype.name, comm=comm, op=op)
+        if standing[0] not in calls:
+            standing = (next(iter(calls)), f"the first candidate (auto ran {standing[0]}, not timed here)")
+        rows[count * dtype.itemsize] = (timed(comm, calls, iters, max(2, iters // 10), repeats), standing)
     return rows
 
 
-def rules(times, dtype):
-    """One rule per measured size: candidates fastest first, up to the geometric mean with the next size."""
-    sizes = sorted(times)
+def rules(measured, dtype):
+    """One rule per measured size, first its :func:`decide` choice, up to the geometric mean with the
+    next size; each with the incumbent, where it came from, and the interval behind the choice."""
+    sizes = sorted(measured)
     out = []
     for i, nbytes in enumerate(sizes):
         upto = math.isqrt(nbytes * sizes[i + 1]) if i + 1 < len(sizes) else None
-        order = sorted(times[nbytes], key=times[nbytes].get)
+        rounds, (incumbent, why) = measured[nbytes]
+        decision = decide(rounds, incumbent)
+        ratio = decision["ratio"]
         out.append({"placement": "host", "dtype": dtype, "upto_bytes": upto, "measured_bytes": nbytes,
-                    "order": order})
+                    "order": decision["order"], "incumbent": incumbent, "incumbent_from": why,
+                    "replaced": decision["replaced"], "challenger": decision["challenger"],
+                    "challenger_over_incumbent": ratio and ratio.as_dict(), "ties": decision["ties"]})
     return out
 
 
-def text_table(times):
-    names = list(next(iter(times.values())))
-    lines = ["bytes " + " ".join(f"{n + ' us':>11}" for n in names) + "  fastest"]
-    for nbytes, row in sorted(times.items()):
-        lines.append(f"{nbytes:>5} " + " ".join(f"{row[n] * 1e6:>11.1f}" for n in names)
-                     + f"  {min(row, key=row.get)}")
+def text_blocks(measured, dtype_rules):
+    """Per size: the choice and why, then every candidate's median and interval (us) and its
+    paired time over the choice's, fastest first."""
+    lines = []
+    for rule in dtype_rules:
+        rounds = measured[rule["measured_bytes"]][0]
+        choice, ratio = rule["order"][0], rule["challenger_over_incumbent"]
+        evidence = ratio and (f"{rule['challenger']}'s paired time over {rule['incumbent']}'s "
+                              f"{ratio['median']:.3g}x [{ratio['ci_low']:.3g}, {ratio['ci_high']:.3g}]")
+        head = (f"{choice} replaces {rule['incumbent']} ({rule['incumbent_from']}): {evidence}" if rule["replaced"]
+                else f"{choice} stays ({rule['incumbent_from']}): no candidate's paired time over it lies wholly "
+                     f"below 1" + (f" (the fastest other: {evidence})" if evidence else ""))
+        ties = f"; tie with {choice} (within noise): {', '.join(rule['ties'])}" if rule["ties"] else ""
+        lines.append(f"{size_label(rule['measured_bytes'])}: {head}{ties}")
+        spans = intervals({name: [t * 1e6 for t in times] for name, times in rounds.items()})
+        for name in rule["order"]:
+            over = "" if name == choice else f"  {paired_ratio(rounds[name], rounds[choice]).text(unit='x')} of {choice}"
+            lines.append(f"  {name:<13} {spans[name].text('{:.2f}')} us{over}")
     return "\n".join(lines)
+
+
+def standing_table(comm, given, output):
+    """The table whose choices stand until measured beaten: ``given`` (``--tuning``, else
+    ``ALLREDUCE_TUNING_FILE``), else ``output`` where it already holds a tuning table, else None
+    (the cost model's choices; collective)."""
+    if given:
+        return given
+    found = None
+    if comm.Get_rank() == 0 and os.path.exists(output):
+        try:
+            load_table(output)
+            found = output
+        except ValueError:
+            pass  # not a table: the model's choices stand, and the file is written over
+    return comm.bcast(found, root=0)
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench tune", description=(
-        "Time every candidate of algorithm=\"auto\" at each size, in turn, and write the tuning table auto "
-        "follows (run it under mpiexec, on the ranks the table is for)."))
+        "Time every candidate of algorithm=\"auto\" at each size, in turn, round after round, and write the "
+        "tuning table auto follows (run it under mpiexec, on the ranks the table is for). At each size the "
+        "incumbent, what auto ran before, stays unless a candidate's time over its own, round by round, has a "
+        "95% confidence interval wholly below 1; the table records that interval and the candidates that tie."))
     p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("1K"),
                    help="smallest vector after 8 B, in bytes; K, M, G are powers of 1024 (default 1K)")
     p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("256M"),
@@ -84,10 +156,15 @@ def main(argv=None):
                         "half, bf16, f8e4m3, f8e5m2, int); "
                         "the first also stands for the others (default float32)")
     p.add_argument("--op", default="sum", choices=list(algorithms.OPS), help="reduction op (default sum)")
-    p.add_argument("--repeats", type=int, default=5, help="turns of every candidate per size; median kept (default 5)")
+    p.add_argument("--repeats", type=int, default=7,
+                   help="rounds per size, each candidate timed once a round; medians and paired ratios over them, "
+                        "with 95%% intervals from 6 rounds on (default 7)")
     p.add_argument("--algo", default="all",
                    help=f"comma list of candidates, of {','.join(candidates())} (default all)")
     p.add_argument("-o", "--output", help="the table's path (default results/tuning-<host>-<N>r.json)")
+    p.add_argument("--tuning", metavar="FILE",
+                   help="the table whose choices stand unless a candidate is measured faster (default: "
+                        "ALLREDUCE_TUNING_FILE, else the table already at the output path, else the cost model)")
     args = p.parse_args(argv)
     comm = MPI.COMM_WORLD
     problem = None
@@ -109,7 +186,10 @@ def main(argv=None):
             print(f"python -m bench tune: {problem}", flush=True)
         return 2
     output = args.output or tuning_path(comm)
-    if refused(comm, "python -m bench tune", (output,)):
+    standing = standing_table(comm, args.tuning or os.environ.get("ALLREDUCE_TUNING_FILE"), output)
+    if standing:  # read by auto on first use, on every rank alike: its choices are the incumbents
+        os.environ["ALLREDUCE_TUNING_FILE"] = standing
+    if refused(comm, "python -m bench tune", (output,), tuning=True):
         return 2
     crowded = oversubscription(comm)
     sizes = sorted({8, *sweep(args.minbytes, args.maxbytes, args.stepfactor)})
@@ -120,13 +200,20 @@ def main(argv=None):
                  "machine": describe(), "oversubscribed": crowded,
                  "rules": [rule for name, times in measured.items() for rule in rules(times, name)]
                  + [{**rule, "dtype": "*"} for rule in rules(measured[dtypes[0].name], "*")],
-                 "measured_us": {name: {str(b): {k: round(v * 1e6, 3) for k, v in row.items()}
-                                        for b, row in times.items()} for name, times in measured.items()}}
+                 "measured_us": {name: {str(b): {k: round(median(v) * 1e6, 3) for k, v in rounds.items()}
+                                        for b, (rounds, _) in times.items()} for name, times in measured.items()},
+                 "intervals_us": {name: {str(b): {k: v.as_dict(1e6) for k, v in intervals(rounds).items()}
+                                         for b, (rounds, _) in times.items()} for name, times in measured.items()},
+                 "rounds_us": {name: {str(b): {k: [t * 1e6 for t in v] for k, v in rounds.items()}
+                                      for b, (rounds, _) in times.items()} for name, times in measured.items()}}
         write_json_atomically(output, table)
+        coverage = rank_coverage(args.repeats, 1) if args.repeats < 6 else None
         for name, times in measured.items():
-            print(f"# {name} {args.op}, {comm.Get_size()} ranks on {nodes} node(s)"
+            print(f"# {name} {args.op}, {comm.Get_size()} ranks on {nodes} node(s), {plural(args.repeats, 'round')} a size: "
+                  "medians with 95% intervals" + (f" (below 6 rounds the whole range, which holds the median "
+                                                  f"{coverage:.0%} of the time)" if coverage is not None else "")
                   + (f" ({crowded}: the times measure the scheduler)" if crowded else ""))
-            print(text_table(times))
+            print(text_blocks(times, [r for r in table["rules"] if r["dtype"] == name]))
         print(f"wrote {output}; ALLREDUCE_TUNING_FILE={output} makes algorithm=\"auto\" follow it", flush=True)
     return 0
 

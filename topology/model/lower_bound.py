@@ -15,15 +15,28 @@ ranks (no reduction inside the network).
   rank 0 to every other rank and back (:data:`CUT_RANKS` ranks at most; beyond, over the
   single ranks, the nodes and the racks). ForestColl's (M/N)|S|/B+(S), the bound of the
   all-gather half, is at most this.
+* **Latency**: each rank's result depends on every rank's input. Within a node a rank reads
+  all its peers' memory at once, so one latency alpha_s (the least of a flag in shared memory
+  and a C-timed MPI ping-pong, half the round trip). Between K nodes over a network each rank
+  takes one message at a time, its node's ranks sharing what they heard: what a node can have
+  heard of grows at most (1 + R)-fold a network latency alpha_n (R the most ranks of a node),
+  so T >= h alpha_n, h the least with (1 + R)^h >= K: ceil(log2 K) with a rank a node.
 
-* **Latency**: each rank's result depends on every rank's input, and what a rank can have
-  heard of at most doubles with each message latency (by time t a rank's value depends on
-  at most 2^(t/alpha) inputs, alpha the least latency of any link), so T >= ceil(log2 N) alpha.
+On a probed network (a file of :mod:`topology.probe`, with its ``measured["floor"]``) the links
+within a node carry at least their host's fastest copy at any size (a rank reading a peer's
+memory moves bytes no faster than a copy; a copy hot in the caches is the fastest there is),
+the links between nodes, the ports and the uplinks their measured rates raised by the probe's
+accuracy (:data:`PROBE_ERROR`), and the latencies are the floor's,
+not the probe's Python-timed ones. A probed file without the floor (an older probe) or whose C
+could not be built gets 0 for the latencies and no limit within a node, always a bound, and
+:attr:`Bound.missing` says so. A synthetic network's links (``Network.uniform``, a matrix not
+from the probe) are definitions: its link latencies between nodes count, and within a node 0
+(its links say nothing of shared memory).
 
 Bytes and latencies combine as the larger of the latency bound and the larger byte bound plus
-one latency (the last byte across the cut still takes a latency to arrive); not as their sum,
-which is no bound: a pipelined tree's messages overlap their latencies with each other's
-bytes. :func:`lower_bound` says which binds and where.
+one latency (the least of any kind: the last byte across the cut still takes one to arrive);
+not as their sum, which is no bound: a pipelined tree's messages overlap their latencies with
+each other's bytes. :func:`lower_bound` says which binds and where.
 """
 
 from dataclasses import dataclass
@@ -32,6 +45,10 @@ import math
 
 import numpy as np
 
+#: a probed rate between nodes may be this much below what the network carries: the bound takes
+#: its links, ports and uplinks this much faster (the probe's stated accuracy, 10%; the lab's
+#: target "probe error <= 10% on every link between nodes")
+PROBE_ERROR = 1.1
 CUT_RANKS = 64  # the exact minimum cut (2(N-1) max flows) up to this many ranks
 MOST_RANKS = 4096  # the N x N links this module builds
 
@@ -39,11 +56,14 @@ MOST_RANKS = 4096  # the N x N links this module builds
 @dataclass(frozen=True)
 class Bound:
     """``seconds`` no all-reduce of the size can beat; ``kind`` "traffic", "cut" or "latency",
-    ``detail`` in words ("the egress of node 2", "all ranks' sending")."""
+    ``detail`` in words ("the egress of node 2", "all ranks' sending"); ``missing``: what the
+    network lacks for a bound of its measured figures (then ``seconds`` takes 0 and no limit in
+    their place), None where it lacks nothing."""
 
     seconds: float
     kind: str
     detail: str
+    missing: str = None
 
 
 def lower_bound(network, nbytes):
@@ -52,17 +72,19 @@ def lower_bound(network, nbytes):
 
 
 class LowerBound:
-    """The bounds of one network, its capacities found once (they do not depend on the size)."""
+    """The bounds of one network, its capacities found once (they do not depend on the size);
+    ``assumes`` says in words what network the bound takes, ``missing`` as :class:`Bound`'s."""
 
     def __init__(self, network):
         self.n = network.n
+        floor = Floor(network)
+        self.missing, self.assumes = floor.missing, floor.assumes
         if self.n > 1:
-            capacity = Capacities(network)
+            capacity = Capacities(network, floor.intra, PROBE_ERROR if floor.probed else 1.0)
             self.traffic = [(parties, rate, text) for parties, rate, text in capacity.traffic()
                             if parties > 1 and rate > 0]
             self.cut = capacity.min_cut()
-            self.alpha = capacity.least_latency()
-            self.hops = math.ceil(math.log2(self.n))
+            self.latency, self.alpha = floor.latency()
 
     def at(self, nbytes):
         """The :class:`Bound` for ``nbytes`` per rank."""
@@ -72,41 +94,115 @@ class LowerBound:
         bounds = [Bound(2 * (parties - 1) * m / rate, "traffic", text) for parties, rate, text in self.traffic]
         bounds.append(Bound(m / self.cut[0], "cut", self.cut[1]))
         most = max(bounds, key=lambda b: b.seconds)
-        bytes_bound = Bound(most.seconds + self.alpha, most.kind, most.detail)
-        hops = Bound(self.hops * self.alpha, "latency",
-                     f"ceil(log2 {self.n}) = {self.hops} latencies of {self.alpha * 1e6:.3g} us")
+        bytes_bound = Bound(most.seconds + self.alpha, most.kind, most.detail, self.missing)
+        hops = Bound(self.latency[0], "latency", self.latency[1], self.missing)
         return hops if hops.seconds > bytes_bound.seconds else bytes_bound
+
+
+def network_hops(nodes, most_ranks):
+    """The least h with (1 + R)^h >= K: the network latencies before every one of K nodes can
+    have heard of every other, each of a node's R ranks taking one message at a time."""
+    hops, reach = 0, 1
+    while reach < nodes:
+        hops, reach = hops + 1, reach * (1 + most_ranks)
+    return hops
+
+
+class Floor:
+    """What the bound takes for the network's least latencies and fastest links within a node:
+    ``within`` (s, per node), ``between`` (s), ``intra`` (B/s per rank: its links within its
+    node carry at least this; None: as the network's), ``missing`` and ``assumes`` in words."""
+
+    def __init__(self, network):
+        self.network = network
+        k = network.node_count
+        n, nodes = network.n, network.nodes
+        src, dst = np.divmod(np.arange(n * n), n)
+        off = src != dst
+        src, dst = src[off], dst[off]
+        same = nodes[src] == nodes[dst]
+        matrix = network.matrix if network.has_matrix else None
+        probed = matrix is not None and "synthetic" not in matrix.measured and "method" in matrix.measured
+        self.probed = probed
+        self.missing, self.intra, self.within, self.between = None, None, np.zeros(k), 0.0
+        if not probed:  # the links are definitions
+            _, latency = network.link(src[~same], dst[~same])
+            latency = np.broadcast_to(np.asarray(latency, dtype=float), src[~same].shape)
+            self.between = float(latency.min()) if latency.size else 0.0
+            self.assumes = "the network's own links: between nodes their latencies, within a node none"
+            return
+        floor = matrix.floor()
+        if floor is None or floor["problem"]:
+            self.missing = floor["problem"] if floor else \
+                "the probe file has no C-timed latencies nor copy rates (an older probe); probe again"
+            self.intra = np.full(n, np.inf)
+            self.assumes = "the probe's links between nodes and ports; latencies 0, no limit within a node"
+            return
+        least = np.fmin(floor["flag_us"], floor["mpi_us"]) * 1e-6
+        for node in range(k):
+            inside = np.flatnonzero(nodes == node)
+            block = least[np.ix_(inside, inside)]
+            self.within[node] = np.nanmin(block) if np.isfinite(block).any() else 0.0
+        outside = ~(nodes[:, None] == nodes[None, :])
+        values = floor["mpi_us"][outside]
+        self.between = float(np.nanmin(values)) * 1e-6 if np.isfinite(values).any() else 0.0
+        copy = floor["copy_GBps"] * 1e9
+        self.intra = np.where(np.isfinite(copy), copy, np.inf)
+        if not np.isfinite(copy).all():
+            self.missing = "the probe file has no copy rate of some host"
+        self.assumes = ("within a node shared memory (a rank reads every peer at once, data at the host's "
+                        "fastest copy)" + (", between nodes a network (a rank takes one message at a time, "
+                                           "the probe's links and ports)" if k > 1 else ""))
+
+    def latency(self):
+        """((seconds, in words) of the latency bound, the least latency of any kind)."""
+        network = self.network
+        sizes = np.bincount(network.nodes, minlength=network.node_count)
+        found, least = [(0.0, "no latency known")], []
+        shared = sizes > 1
+        if shared.any():
+            alpha = float(self.within[shared].max())
+            least.append(float(self.within[shared].min()))
+            found.append((alpha, f"1 latency within a node of {alpha * 1e6:.3g} us (shared memory: a rank "
+                                 "reads every peer at once)"))
+        k = network.node_count
+        if k > 1:
+            r = int(sizes.max())
+            hops = network_hops(k, r)
+            least.append(self.between)
+            hears = f"ceil(log2 {k})" if r == 1 else f"ceil(log{1 + r} {k})"
+            found.append((hops * self.between, f"{hears} = {hops} network latencies of {self.between * 1e6:.3g} us "
+                                               "(a rank takes one message at a time)"))
+        return max(found, key=lambda f: f[0]), (min(least) if least else 0.0)
 
 
 class Capacities:
     """What the network can carry: each rank's links, and the ports and uplinks over them (B/s)."""
 
-    def __init__(self, network):
+    def __init__(self, network, intra=None, margin=1.0):
+        """``intra``: B/s per rank; its links within its node carry at least this (None: as given);
+        ``margin``: the links between nodes, the ports and the uplinks carry that many times theirs."""
         self.network = network
+        self.margin = margin
         n = network.n
         if n > MOST_RANKS:
             raise ValueError(f"the lower bound needs the {n} x {n} links; it is built for at most {MOST_RANKS} ranks")
         src, dst = np.divmod(np.arange(n * n), n)
         bandwidth, _ = network.link(src, dst)
         w = np.broadcast_to(np.asarray(bandwidth, dtype=float), src.shape).reshape(n, n).copy()
-        np.fill_diagonal(w, 0.0)
-        self.w = w
         self.nodes = network.nodes
         self.same = self.nodes[:, None] == self.nodes[None, :]
+        if intra is not None:
+            w = np.where(self.same, np.maximum(w, np.minimum.outer(intra, intra)), w)
+        w = np.where(self.same, w, w * margin)
+        np.fill_diagonal(w, 0.0)
+        self.w = w
         member = np.eye(network.node_count)[self.nodes]  # rank x node
-        self.between = member.T @ w @ member  # node x node: the links from one node to another
+        self.between = member.T @ np.where(self.same, 0.0, w) @ member  # node x node: the links between nodes
         np.fill_diagonal(self.between, 0.0)
 
-    def least_latency(self):
-        """The least latency (s) of any link between two ranks."""
-        n = self.network.n
-        src, dst = np.divmod(np.arange(n * n), n)
-        between = src != dst
-        _, latency = self.network.link(src[between], dst[between])
-        return float(np.min(np.broadcast_to(np.asarray(latency, dtype=float), src[between].shape)))
-
     def _ports(self, kind):
-        cap = getattr(self.network, kind)
+        cap = getattr(self.network, kind) * self.margin
         return np.where(np.isfinite(cap), cap, np.inf)
 
     def rank_rates(self):
@@ -135,7 +231,7 @@ class Capacities:
         if self.network.racks is not None:
             count = int(self.network.racks.max()) + 1
             if count > 1:
-                found.append((count, min(self.network.up.sum(), self.network.down.sum()), "the racks' uplinks"))
+                found.append((count, self.margin * min(self.network.up.sum(), self.network.down.sum()), "the racks' uplinks"))
         return found
 
     def min_cut(self):
@@ -153,18 +249,21 @@ class Capacities:
             found += [(out[k], f"the egress of node {k}") for k in range(len(out))]
             found += [(into[k], f"the ingress of node {k}") for k in range(len(into))]
         if self.network.racks is not None:
-            found += [(u, f"the up-link of rack {q}") for q, u in enumerate(self.network.up)]
-            found += [(d, f"the down-link of rack {q}") for q, d in enumerate(self.network.down)]
+            found += [(u * self.margin, f"the up-link of rack {q}") for q, u in enumerate(self.network.up)]
+            found += [(d * self.margin, f"the down-link of rack {q}") for q, d in enumerate(self.network.down)]
         return min(found, key=lambda f: f[0])
 
     def _exact_cut(self):
         import networkx as nx
 
         graph = self._graph()
-        best = (np.inf, "")
+        best = (np.inf, "no cut: no limit anywhere")
         for v in range(1, self.network.n):
             for a, b in ((0, v), (v, 0)):
-                value, (side, _) = nx.minimum_cut(graph, a, b)
+                try:
+                    value, (side, _) = nx.minimum_cut(graph, a, b)
+                except nx.NetworkXUnbounded:  # no limit between them (unlimited links within a node)
+                    continue
                 if value < best[0]:
                     best = (value, self._name(sorted(r for r in side if isinstance(r, int))))
         return best
@@ -207,8 +306,8 @@ class Capacities:
             edge(("in", int(net.nodes[a])), a, np.where(same[:, a], 0, w[:, a]).sum())
         between = self.between
         for node in range(k):
-            edge(("out", node), ("egress", node), net.egress[node])
-            edge(("ingress", node), ("in", node), net.ingress[node])
+            edge(("out", node), ("egress", node), net.egress[node] * self.margin)
+            edge(("ingress", node), ("in", node), net.ingress[node] * self.margin)
         racks = net.racks
         for a in range(k):
             for b in range(k):
@@ -223,8 +322,8 @@ class Capacities:
         if racks is not None:
             count = int(racks.max()) + 1
             for q in range(count):
-                edge(("up", q), ("core", q), net.up[q])
-                edge(("core-in", q), ("down", q), net.down[q])
+                edge(("up", q), ("core", q), net.up[q] * self.margin)
+                edge(("core-in", q), ("down", q), net.down[q] * self.margin)
                 for p in range(count):
                     if p != q:
                         edge(("core", q), ("core-in", p), np.inf)
