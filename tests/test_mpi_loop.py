@@ -57,8 +57,8 @@ def test_no_wrong_element_for_every_collective_dtype_and_op(cache, ranks, collec
     """#wrong 0 in place and out of place, with a barrier after every iteration (-z 1), per-iteration
     times (-I 1) and two calls an iteration (-m 2): the check runs the compiled call itself."""
     proc = bench(ranks, "--collective", collective, "-b", "96", "-e", "96K", "-f", "1024", "-n", "3", "-w", "1",
-                 "-d", "all", "-o", "all", "-z", "1", "-I", "1", "-m", "2", "--algo", "mpi,mpi4py", cache=cache,
-                 timeout=180)
+                 "-d", "all", "-o", "all", "-z", "1", "-I", "1", "-m", "2", "--rounds", "1", "--algo", "mpi,mpi4py",
+                 cache=cache, timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
     found = tables(proc.stdout)
     assert list(found) == ["mpi", "mpi4py"]
@@ -72,8 +72,8 @@ def test_no_wrong_element_for_every_collective_dtype_and_op(cache, ranks, collec
 
 def test_the_headers_and_the_summary_say_which_is_which(cache, tmp_path):
     document = tmp_path / "run.json"
-    proc = bench(2, "-b", "1K", "-e", "64K", "-f", "64", "-n", "2", "-w", "1", "--algo", "ring,mpi,mpi4py",
-                 "-J", str(document), cache=cache)
+    proc = bench(2, "-b", "1K", "-e", "64K", "-f", "64", "-n", "2", "-w", "1", "--rounds", "6",
+                 "--algo", "ring,mpi,mpi4py", "-J", str(document), cache=cache)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert re.findall(r"# Transport: (.+)", proc.stdout)[1:] == [
         "the MPI library's own collective, timed in a compiled loop (avg: MPI_SUM calls, divided by the rank count "
@@ -81,16 +81,23 @@ def test_the_headers_and_the_summary_say_which_is_which(cache, tmp_path):
         "the MPI library's own collective, called through mpi4py (avg: MPI_SUM, divided by the rank count after "
         "every call)"]
     summary = proc.stdout[proc.stdout.index("# Summary"):].splitlines()
-    assert summary[0].endswith("the fastest, and its busbw over mpi's and mpi4py's")
-    assert re.match(r"^#\s+size\s+ring\s+mpi\s+mpi4py\s+fastest\s+vs mpi\s+vs mpi4py$", summary[2]), summary
+    assert summary[0] == "# Summary: busbw (GB/s, out of place) of every algorithm per size, the median of 6 rounds"
+    assert re.match(r"^#\s+size\s+ring\s+mpi\s+mpi4py$", summary[2]), summary
+    assert any("its busbw over the runner-up's, mpi's and mpi4py's" in line for line in summary)
+    header = next(i for i, line in enumerate(summary) if line.split()[1:4] == ["size", "fastest", "runner-up"])
+    assert summary[header].split()[4:] == ["vs", "runner-up", "vs", "mpi", "vs", "mpi4py"]
     rows = json.loads(document.read_text())["results"]
-    for line in summary[3:]:
-        size, *_, fastest, vs_mpi, vs_mpi4py = line.lstrip("#").split()
-        busbw = {r["algorithm"]: r["out_of_place"]["bus_bw"] for r in rows if r["size"] == int(size)}
-        assert fastest == max(busbw, key=busbw.get)
-        for cell, reference in ((vs_mpi, "mpi"), (vs_mpi4py, "mpi4py")):
-            assert float(cell.rstrip("x")) == pytest.approx(busbw[fastest] / busbw[reference], rel=0.01)
-    assert len(summary) == 3 + 2
+    for line in summary[header + 1:header + 3]:
+        size, fastest = line.lstrip("#").split()[:2]
+        times = {r["algorithm"]: r["out_of_place"]["round_times_us"] for r in rows if r["size"] == int(size)}
+        best = min(times, key=lambda name: statistics.median(times[name]))
+        assert fastest in (best, "tie")
+        cells = re.findall(r"(\S+)x \[(\S+), (\S+)\]", line)
+        for (median, _, _), reference in zip(cells[1:], ("mpi", "mpi4py")):
+            if reference == best:
+                continue
+            paired = statistics.median(a / b for a, b in zip(times[reference], times[best]))  # same round
+            assert float(median) == pytest.approx(paired, rel=0.01), (line, reference)
 
 
 @pytest.mark.parametrize("blocking", ["0", "1"])
@@ -99,7 +106,7 @@ def test_per_iteration_times_are_the_loops_own(cache, tmp_path, blocking):
     compiled loop wrote (each iteration's time over its 3 calls)."""
     document = tmp_path / "run.json"
     proc = bench(2, "-b", "4K", "-e", "64K", "-f", "16", "-n", "5", "-w", "1", "-m", "3", "-a", "0", "-I", "1",
-                 "-z", blocking, "--algo", "mpi", "-J", str(document), cache=cache)
+                 "-z", blocking, "--rounds", "1", "--algo", "mpi", "-J", str(document), cache=cache)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     results = json.loads(document.read_text())["results"]
     assert len(results) == 2

@@ -204,8 +204,8 @@ def specs(algos, buckets, dtypes, overlaps, ts):
 
 # ---------------------------------------------------------------- text
 
-TIMES = ("algorithm", "bucket", "dtype", "step", "compute", "exposed", "exposed/gloo", "verdict")
-TIMES_UNITS = ("", "(MiB)", "", "(ms)", "(ms)", "(ms)", "", "")
+TIMES = ("algorithm", "bucket", "dtype", "step", "exposed", "exposed/gloo")  # compute: noop's step, a row of its own
+TIMES_UNITS = ("", "(MiB)", "", "(ms)", "(ms)", "")
 CHECKS = ("algorithm", "bucket", "dtype", "p95", "model", "busbw", "hidden", "params", "vs gloo")
 CHECKS_UNITS = ("", "(MiB)", "", "(ms)", "(ms)", "(GB/s)", "", "", "")
 
@@ -246,10 +246,9 @@ def label(run):
 
 
 def time_cells(run):
-    """The cells of a run's row in the table of times."""
+    """The cells of a run's row in the table of times ("tie" after a ratio whose interval holds 1)."""
     ratio = run["exposed_vs_gloo"]
-    return (label(run), f"{run['bucket_mb']:g}", run["dtype"], span(run["step"]), span(run["compute"]),
-            span(run["exposed"]), span(ratio, "x"), "-" if ratio is None else ratio["verdict"])
+    return (label(run), f"{run['bucket_mb']:g}", run["dtype"], span(run["step"]), span(run["exposed"]), span(ratio, "x") + (" tie" if ratio and ratio["verdict"] == "tie" else ""))
 
 
 def check_cells(run):
