@@ -78,3 +78,9 @@ def test_round_order_rotates_every_candidate_through_every_place():
 
 def test_full_rounds_is_the_fewest_that_reach_the_level():
     assert stats.rank_coverage(stats.FULL_ROUNDS, 1) >= stats.LEVEL > stats.rank_coverage(stats.FULL_ROUNDS - 1, 1)
+
+
+def test_coverage_is_what_median_interval_reports():
+    for n in range(1, 25):
+        assert stats.coverage(n) == stats.median_interval(range(n)).coverage
+    assert stats.coverage(1) == 0.0 and stats.coverage(5) == pytest.approx(0.9375)

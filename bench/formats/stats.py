@@ -69,6 +69,12 @@ def interval_rank(n, level=LEVEL):
     return best
 
 
+def coverage(n, level=LEVEL):
+    """What the interval of :func:`median_interval` of ``n`` values holds (at least ``level``
+    from :data:`FULL_ROUNDS` values on; 0 for one value)."""
+    return rank_coverage(n, interval_rank(n, level)) if n > 1 else 0.0
+
+
 def median(values):
     """The median (the mean of the middle two of an even count)."""
     ordered = sorted(values)
@@ -86,7 +92,7 @@ def median_interval(values, level=LEVEL):
     if n == 0:
         raise ValueError("an interval of no values")
     k = interval_rank(n, level)
-    return Interval(median(ordered), ordered[k - 1], ordered[n - k], n, rank_coverage(n, k) if n > 1 else 0.0)
+    return Interval(median(ordered), ordered[k - 1], ordered[n - k], n, coverage(n, level))
 
 
 def paired_ratio(numerators, denominators, level=LEVEL):

@@ -110,7 +110,7 @@ def text(summary, placement="out_of_place"):
     lines = ["#", f"# Summary: busbw (GB/s, {where}) of every algorithm per size, the median of {counted}"]
     if rounds[0] < stats.FULL_ROUNDS:  # the interval is the whole range, and holds the median less often
         lines.append(comment(f"warning: with {rounds[0]} rounds an interval holds the median with only "
-                             f"{stats.rank_coverage(rounds[0], 1):.0%}, not 95% (--rounds {stats.FULL_ROUNDS} "
+                             f"{stats.coverage(rounds[0]):.0%}, not 95% (--rounds {stats.FULL_ROUNDS} "
                              "or more): its ties and winners are weak"))
     groups = {}
     for entry in summary:

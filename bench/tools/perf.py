@@ -49,7 +49,7 @@ from ..core.pages import huge_page_share, small_page_vector
 from ..core.sizes import parse_size, sweep
 from ..core.startup import refused
 from ..core.timing import intervals, iterations_for, timed
-from ..formats.stats import median, median_interval, rank_coverage
+from ..formats.stats import FULL_ROUNDS, coverage, median, median_interval
 from ..formats.tables import plural, size_label
 
 #: ours: auto's candidates from the registry (native MPI through our entry point is the baseline's row), and auto
@@ -448,9 +448,9 @@ def _shown(verdict):
 
 def _few_rounds(per_sweep, sweeps):
     """What an interval of fewer than 6 rounds holds (the whole range: short of 95%), or ""."""
-    few = sorted({n for n in (per_sweep, per_sweep * sweeps) if n < 6})
+    few = sorted({n for n in (per_sweep, per_sweep * sweeps) if n < FULL_ROUNDS})
     return "".join(f"; of {plural(n, 'round')} the interval is the whole range, which holds the median "
-                   f"{rank_coverage(n, 1):.0%} of the time" for n in few)
+                   f"{coverage(n):.0%} of the time" for n in few)
 
 
 def _us(interval):

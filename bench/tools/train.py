@@ -261,11 +261,6 @@ def check_cells(run):
             "-" if rel is None else f"{rel:.1e}")
 
 
-def coverage(rounds):
-    """What the interval of the median of ``rounds`` values holds (at least 95% from 6 on)."""
-    return stats.rank_coverage(rounds, stats.interval_rank(rounds)) if rounds > 1 else 0.0
-
-
 def header_lines(comm, doc):
     m, info = doc["model"], doc["machine"]
     crowded = oversubscription(comm)
@@ -285,7 +280,7 @@ def header_lines(comm, doc):
         "model: compute + the buckets' all-reduces timed alone, sent as DDP sends them, each round from that "
         "round's measurements: an account of this run's step, not a prediction",
     ]
-    held = coverage(doc["rounds"])
+    held = stats.coverage(doc["rounds"])
     if held < stats.LEVEL:
         texts.append(f"warning: {plural(doc['rounds'], 'round')} reach no 95% interval: each interval is the whole "
                      f"range of the rounds and holds the median with {held * 100:.1f}%; 6 rounds reach 95%")
@@ -509,7 +504,7 @@ def main(argv=None):
                                                                                         else argv),
            "machine": describe(), "ranks": comm.Get_size(), "nodes": len(set(node_numbers(comm))),
            "torch": torch.__version__, "threads": args.threads, "warmup": args.warmup, "rounds": args.rounds,
-           "steps": args.steps, "coverage": round(coverage(args.rounds), 4),
+           "steps": args.steps, "coverage": round(stats.coverage(args.rounds), 4),
            "model": {"kind": args.model, "layers": args.layers, "width": args.width, "batch": args.batch,
                      "seed": args.seed, "parameters": count, "fp32_gradient_bytes": count * 4, "description": text},
            "cores_shared": shared, "complete": False, "runs": []}

@@ -40,7 +40,8 @@ from ..core.options import ALIASES
 from ..core.sizes import parse_size, sweep
 from ..core.startup import refused
 from ..core.timing import intervals, iterations_for, timed
-from ..formats.stats import LEVEL, median, paired_ratio, rank_coverage
+from ..formats.stats import FULL_ROUNDS, LEVEL, median, paired_ratio
+from ..formats.stats import coverage as stats_coverage
 from ..formats.tables import plural, size_label
 
 
@@ -207,7 +208,7 @@ def main(argv=None):
                  "rounds_us": {name: {str(b): {k: [t * 1e6 for t in v] for k, v in rounds.items()}
                                       for b, (rounds, _) in times.items()} for name, times in measured.items()}}
         write_json_atomically(output, table)
-        coverage = rank_coverage(args.repeats, 1) if args.repeats < 6 else None
+        coverage = stats_coverage(args.repeats) if args.repeats < FULL_ROUNDS else None
         for name, times in measured.items():
             print(f"# {name} {args.op}, {comm.Get_size()} ranks on {nodes} node(s), {plural(args.repeats, 'round')} a size: "
                   "medians with 95% intervals" + (f" (below 6 rounds the whole range, which holds the median "
