@@ -397,3 +397,16 @@ def test_hier_says_and_saves_its_node_layout(tmp_path):
     assert bad.stderr.strip().splitlines() == [
         "python -m bench: error: ALLREDUCE_NODE_MAP has 3 node ids (0,0,1) for a communicator of 2 ranks: "
         "give one node id per rank"]
+
+
+def test_timed_warms_up_every_turn_before_its_timed_calls():
+    """bench.core.timing.timed on one process: in each round every candidate makes its warm-up
+    calls right before its timed ones (what the turn before left behind falls on the warm-up),
+    the order rotated by one each round."""
+    from bench.core.timing import timed
+
+    made = []
+    calls = {name: (lambda name=name: made.append(name)) for name in ("a", "b")}
+    rounds = timed(MPI.COMM_SELF, calls, 3, 2, 2)
+    assert made == ["a"] * 5 + ["b"] * 5 + ["b"] * 5 + ["a"] * 5
+    assert {name: len(times) for name, times in rounds.items()} == {"a": 2, "b": 2}

@@ -107,7 +107,7 @@ def build_parser():
     sizes.add_argument("-m", "--agg_iters", type=int, default=1,
                        help="calls per timed iteration, back to back; the time column is per call")
     sizes.add_argument("-w", "--warmup_iters", type=int, default=5,
-                       help="untimed iterations before the timed ones, per size")
+                       help="untimed iterations before the timed ones, in every round of every size")
     sizes.add_argument("-N", "--run_cycles", type=int, default=1,
                        help="run every size this many times, each cycle's rows printed and logged "
                             "(0: until stopped by Ctrl-C or a signal)")
@@ -155,7 +155,8 @@ def build_parser():
                      help="measure each size in R rounds that interleave the algorithms: in every round each "
                           "algorithm runs its -n calls once, out of place and in place, in an order rotated by "
                           "one each round, so that a slow moment of the machine falls on all of them alike "
-                          "(warm-up and check once per algorithm and size, before the rounds). The time column "
+                          "(the check once per algorithm and size, before the rounds; the -w warm-up before each "
+                          "turn's timed calls). The time column "
                           "is the median over the rounds of each round's mean per call; the JSON keeps every "
                           "round's time and the median's 95%% confidence interval (order statistics: 6 rounds "
                           "or more reach 95%%), and the summary's ratios pair the rounds (default: "

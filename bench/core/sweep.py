@@ -41,7 +41,7 @@ from .machine import describe, oversubscription
 from .memory import bytes_needed, check_memory, check_registered_room, reset_peak, resident_bytes, usage_line
 from .options import PROG, launched_alone, parse_args, runs
 from .startup import tuning_problem
-from .timing import AGGREGATIONS, aggregate, interleaved, iteration_stats, time_calls, warm_up
+from .timing import AGGREGATIONS, aggregate, interleaved, iteration_stats, time_calls
 
 
 def malloc_mode():
@@ -421,7 +421,7 @@ def _measure(comm, args, spec, runners, xp, dtype, op, total, count, buffers, wa
     checked = {}
     for name, run in runners.items():
         watchdog.doing(f"{name} {dtype} {op} {total * np.dtype(dtype).itemsize} B")
-        checked[name] = prepare(comm, args, spec, run, xp, dtype, op, total, buffers, settle)
+        checked[name] = prepare(comm, args, spec, run, xp, dtype, op, total, buffers)
     per_iteration = {name: {p: np.zeros(args.iters * args.rounds) for p in buffers} if args.per_iter_timing else None
                      for name in runners}
 
@@ -434,8 +434,8 @@ def _measure(comm, args, spec, runners, xp, dtype, op, total, count, buffers, wa
             loop = getattr(run, "loop", None)  # a baseline timed in a compiled loop of its own
             window = times[placement][index * args.iters:(index + 1) * args.iters] if times else None
             with np.errstate(all="ignore"):  # in-place timing re-reduces its own output: floats reach inf
-                seconds, host = time_calls(comm, lambda: run(s, r), args.iters, 0, bool(args.blocking), window,
-                                           settle, args.agg_iters, loop and functools.partial(loop, s, r))
+                seconds, host = time_calls(comm, lambda: run(s, r), args.iters, args.warmup_iters, bool(args.blocking),
+                                           window, settle, args.agg_iters, loop and functools.partial(loop, s, r))
             result[placement] = (aggregate(comm, seconds, args.average), aggregate(comm, host, args.average))
         return result
 
@@ -445,19 +445,16 @@ def _measure(comm, args, spec, runners, xp, dtype, op, total, count, buffers, wa
             for name in runners}
 
 
-def prepare(comm, args, spec, run, xp, dtype, op, total, buffers, settle):
+def prepare(comm, args, spec, run, xp, dtype, op, total, buffers):
     """Before the rounds, for each placement: one call whose arguments every rank checks
-    agree, the ``-c`` check on fresh data, the ``-w`` warm-up. ({placement: wrong elements or
-    None}, the bytes the check held)."""
+    agree and the ``-c`` check on fresh data (the ``-w`` warm-up comes in every round, before
+    each turn's timed calls). ({placement: wrong elements or None}, the bytes the check held)."""
     wrong, held = {}, 0
     for placement, (s, r) in buffers.items():
         run(s, r, check=True)  # arguments agree on every rank before timing
         wrong[placement], checked = (check(comm, spec, run, xp, dtype, op, total, placement == "in_place", args)
                                      if args.check else (None, 0))
         held = max(held, checked)
-        loop = getattr(run, "loop", None)
-        with np.errstate(all="ignore"):
-            warm_up(lambda: run(s, r), args.warmup_iters, settle, loop and functools.partial(loop, s, r))
     return wrong, held
 
 

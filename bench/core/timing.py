@@ -75,16 +75,15 @@ def timed(comm, calls, iters, warmup, repeats, most=None):
     ({name: count}: a candidate a hundred times slower needs fewer to be timed as well). The
     candidates take turns within every round, in an order rotated by one each round
     (:func:`.stats.round_order`), so a noisy moment of a shared machine falls on all of them
-    alike and no candidate always runs first; :func:`intervals` makes the medians."""
-    for call in calls.values():
-        for _ in range(warmup):
-            call()
+    alike and no candidate always runs first; :func:`intervals` makes the medians. Each turn
+    starts with ``warmup`` untimed calls (at most its iterations), which absorb what the turn
+    before left behind (docs/benchmark.md, what a run's order can change)."""
     samples = {name: [] for name in calls}
     for round_index in range(repeats):
         for name in round_order(calls, round_index):
             call = calls[name]
-            seconds, _ = time_calls(comm, call, min(iters, (most or {}).get(name, iters)), 0,
-                                    loop=getattr(call, "loop", None))
+            count = min(iters, (most or {}).get(name, iters))
+            seconds, _ = time_calls(comm, call, count, min(warmup, count), loop=getattr(call, "loop", None))
             samples[name].append(comm.allreduce(seconds, op=MPI.MAX))
     return samples
 
@@ -129,19 +128,6 @@ def iteration_stats(comm, times, skip):
         "times_us": [float(t) * us for t in worst],
         "per_process_max_times_us": [[float(t) * us for t in row] for row in per_process],
     }
-
-
-def warm_up(call, warmup, settle=None, loop=None):
-    """``warmup`` untimed calls of ``call`` (through ``loop``, as :func:`time_calls` runs a
-    compiled loop's warm-up), then ``settle()``: the sweep's warm-up, once per algorithm and
-    size before its rounds."""
-    if loop is not None:
-        if warmup:
-            loop(warmup, 1, False, None)
-    else:
-        for _ in range(warmup):
-            call()
-    (settle or (lambda: None))()
 
 
 def interleaved(names, rounds, measure):

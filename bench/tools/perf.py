@@ -161,7 +161,7 @@ def measure_sizes(comm, registered, sizes, repeats, factor, gloo=None, library=N
         calls["native_4kpages"] = lambda: comm.Allreduce(sx, sy, op=MPI.SUM)
         calls["ring_4kpages"] = lambda: algorithms.allreduce(sx, sy, algorithm="ring", check=False)
         calls.update(copy_calls(comm, x, y))
-        row["rounds_s"] = timed(comm, calls, iters, 3, repeats, {"gloo": GLOO_ITERS})
+        row["rounds_s"] = timed(comm, calls, iters, min(3, max(1, iters // 4)), repeats, {"gloo": GLOO_ITERS})
         row["plain_huge_share"], row["small_pages_huge_share"] = (least_huge_share(comm, pair) for pair in ((x, y), (sx, sy)))
         for vector in (rz, ry, rx):
             algorithms.free_registered(vector, comm=registered)
