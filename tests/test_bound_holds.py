@@ -2,8 +2,9 @@
 all-reduce (topology.model.lower_bound): every all-reduce time in results/ over the bound of the
 network it ran on, and every modelled algorithm at sizes from 8 B to 256 MiB, is at least 1.
 
-The one-node results (a 2-core VM) are judged against results/perf-cpu-probe.json, the probe
-of that VM with its C-timed floor; the lab's against the probe each lab run holds (an older
+The one-node results (2-core VMs) are judged against the probe of the VM they ran on, with its
+C-timed floor: results/perf-cpu-probe.json (an Intel Xeon VM) or results/perf-cpu-probe-amd.json
+(an AMD EPYC VM), by the CPU the results file names; the lab's against the probe each lab run holds (an older
 probe: no floor, so latencies 0 and no limit within a node, always a bound); ``bench bound``'s
 compiled rings (another machine) against the fastest copy that file itself measured."""
 
@@ -20,7 +21,8 @@ from topology import BandwidthMatrix, random_heterogeneous, two_level
 from topology.model import LowerBound, Network
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PROBE = os.path.join(ROOT, "results", "perf-cpu-probe.json")
+PROBES = {"Intel": os.path.join(ROOT, "results", "perf-cpu-probe.json"),
+          "AMD": os.path.join(ROOT, "results", "perf-cpu-probe-amd.json")}
 SIZES = [8 << (2 * i) for i in range(13)]  # 8 B to 128 MiB
 SLACK = 1 - 1e-9  # floating point only
 
@@ -29,9 +31,19 @@ def path(*parts):
     return os.path.join(ROOT, *parts)
 
 
-def one_node(ranks, probe=PROBE):
-    """``ranks`` ranks on the probed node, every pair as the probe's pair 0-1 (link, latency and floor)."""
-    data = json.load(open(probe))
+def vendor(name):
+    """"AMD" or "Intel": whose CPU the results file ``name`` (under results/) ran on, by its machine header."""
+    data = json.load(open(path("results", name)))
+    text = json.dumps(data.get("machine") or data.get("allreduce_bench") or data.get("invocations") or "")
+    found = [v for v in PROBES if v in text]
+    assert len(found) == 1, f"{name}: which CPU it ran on is not said once: {found}"
+    return found[0]
+
+
+def one_node(ranks, name):
+    """``ranks`` ranks on the probed node of the machine results file ``name`` ran on, every pair as
+    the probe's pair 0-1 (link, latency and floor)."""
+    data = json.load(open(PROBES[vendor(name)]))
     pair = lambda rows: [[None if a == b else rows[0][1] for b in range(ranks)] for a in range(ranks)]
     floor = dict(data["measured"]["floor"], mpi_us=pair(data["measured"]["floor"]["mpi_us"]),
                  flag_us=pair(data["measured"]["floor"]["flag_us"]))
@@ -56,7 +68,11 @@ def perf_rows(name):
     for rows in [data["rows"]] + [run["rows"] for run in data.get("runs", [])]:
         for row in rows:
             for key, value in row.items():
-                if key.endswith("_s") and not key.startswith(("copy", "sendrecv")) and value:
+                if key == "rounds_s":  # every round's time of every candidate
+                    for what, seconds in value.items():
+                        if not what.startswith(("copy", "sendrecv")):
+                            yield from ((row["bytes"], f"{what} round", s) for s in seconds)
+                elif key.endswith("_s") and not key.startswith(("copy", "sendrecv")) and value:
                     yield row["bytes"], key, value
     return data
 
@@ -69,7 +85,7 @@ def sweep_rows(file):
                     yield r["size"], f"{r.get('algorithm')} {placement}", r[placement]["time"] * 1e-6
 
 
-def harness_rows():
+def harness_rows(name):
     def walk(node):
         if isinstance(node, dict):
             if "size_bytes" in node:
@@ -83,7 +99,7 @@ def harness_rows():
         elif isinstance(node, list):
             for v in node:
                 yield from walk(v)
-    return walk(json.load(open(path("results", "mpi-c-harness.json")))["rows"])
+    return walk(json.load(open(path("results", name)))["rows"])
 
 
 def tuning_rows():
@@ -127,15 +143,16 @@ def cases():
     found = []
     for name in ("perf-cpu.json", "perf-cpu-4r.json"):
         ranks = json.load(open(path("results", name)))["ranks"]
-        found.append((name, one_node(ranks), list(perf_rows(name))))
+        found.append((name, one_node(ranks, name), list(perf_rows(name))))
     for file in sorted(glob.glob(path("results", "mpich", "*-2r.json")) + glob.glob(path("results", "openmpi", "*-2r.json"))):
         rows = list(sweep_rows(file))
         if rows:
-            found.append((os.path.relpath(file, ROOT), one_node(2), rows))
-    found.append(("mpi-c-harness.json", one_node(2), list(harness_rows())))
-    found.append(("tuning-vm-2r.json", one_node(2), list(tuning_rows())))
+            found.append((os.path.relpath(file, ROOT), one_node(2, os.path.relpath(file, path("results"))), rows))
+    for name in ("mpi-c-harness.json", "mpi-c-harness-notes.json"):
+        found.append((name, one_node(2, name), list(harness_rows(name))))
+    found.append(("tuning-vm-2r.json", one_node(2, "tuning-vm-2r.json"), list(tuning_rows())))
     for file in sorted(glob.glob(path("results", "train-cpu*.json"))):
-        found.append((os.path.basename(file), one_node(2), list(train_rows(file))))
+        found.append((os.path.basename(file), one_node(2, os.path.basename(file)), list(train_rows(file))))
     for name in ("het8", "nodes", "racks", "seed4", "slownic", "twonodes"):
         found.append((f"lab/{name}.json", lab_network(name), list(lab_rows(path("results", "lab", f"{name}.json")))))
     found.append(("lab/train-twonodes.json", lab_network("twonodes", per_node=False),
@@ -162,10 +179,11 @@ def test_no_committed_time_beats_the_bound(name, network, rows):
     assert ratio >= SLACK, f"{name}: {row} at {ratio:.3f}x the bound"
 
 
-def test_the_committed_probe_holds_the_floor():
-    """The probe behind the one-node results has its C-timed latencies and copies (a bound of
+@pytest.mark.parametrize("probe", sorted(PROBES.values()))
+def test_the_committed_probes_hold_the_floor(probe):
+    """The probes behind the one-node results have their C-timed latencies and copies (a bound of
     them, not one with 0 in their place)."""
-    matrix = BandwidthMatrix.load(PROBE)
+    matrix = BandwidthMatrix.load(probe)
     floor = matrix.floor()
     assert floor and not floor["problem"] and np.isfinite(floor["copy_GBps"]).all()
     assert LowerBound(Network.from_matrix(matrix)).missing is None
@@ -178,7 +196,7 @@ def model_networks():
     synthetic = [Network.from_matrix(m) for m in (random_heterogeneous(6, seed=1), two_level(3, 2, intra=100, inter=5))]
     uniform = [Network.uniform(8, 400, 10), Network.uniform(8, 25, 5, ranks_per_node=8),
                Network.uniform(16, 25, 5, ranks_per_node=4, intra_GBps=200)]
-    return lab + files + synthetic + uniform + [one_node(2), one_node(8)]
+    return lab + files + synthetic + uniform + [one_node(2, "perf-cpu.json"), one_node(8, "perf-cpu.json")]
 
 
 @pytest.mark.parametrize("index", range(len(model_networks())))
