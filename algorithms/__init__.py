@@ -1,8 +1,9 @@
 """All-reduce over mpi4py on NumPy (host) and CuPy (device) buffers.
 
 * ``allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None)``
-  with ``algorithm`` one of ``ALGORITHMS`` (the registry's, :mod:`.registry`, and ``"auto"``,
-  which picks among them per call: :mod:`.auto`): ``"ps"`` (parameter server),
+  with ``algorithm`` one of ``ALGORITHMS`` (name -> :class:`Algorithm`, what each declares of
+  itself: the registry's, :mod:`.registry`, and ``"auto"``, which picks among them per call:
+  :mod:`.auto`): ``"ps"`` (parameter server),
   ``"ring"`` (reduce-scatter + all-gather), ``"tree"`` (binomial, or any
   ``topology.Tree`` passed as ``tree=``), ``"bamtree"``/``"kmtree"`` (trees
   matched from link bandwidths, ``bandwidth=``), ``"dbtree"`` (two binary trees),
@@ -20,25 +21,26 @@
 * ``cost_model(links)``: every algorithm's predicted time on a network of links, ports and
   uplinks (:mod:`.costs`, :mod:`topology.model`), the model ``auto`` decides by without a table.
 * ``run_together(main, prog)``: run a program's ``main()`` so that an error or a signal on
-  any rank ends every rank within seconds (:mod:`topology.ending`).
+  any rank ends every rank within seconds (:mod:`plumbing.ending`).
 
 Imported before ``mpi4py.MPI``, it first settles what ``MPI_Init`` needs of a small
-``/dev/shm`` (:func:`topology.shm.before_mpi_init`: ``SHM_NOTE`` says what it changed; it
+``/dev/shm`` (:func:`plumbing.shm.before_mpi_init`: ``SHM_NOTE`` says what it changed; it
 raises ``MemoryError`` where MPI could not start at all).
 """
 
-from topology.ending import run_together
-from topology.shm import ShmTooSmall, before_mpi_init
+from plumbing.ending import run_together
+from plumbing.shm import ShmTooSmall, before_mpi_init
 
 SHM_NOTE = before_mpi_init()  # before mpi4py.MPI is first imported: what MPI_Init needs of /dev/shm
 
-from .collectives import CHOICES as ALGORITHMS  # noqa: E402 (MPI starts with this import)
+from .collectives import ALGORITHMS  # noqa: E402 (MPI starts with this import)
 from .collectives import (PersistentAllreduce, all_gather, alloc_registered, allreduce, allreduce_init,  # noqa: E402
                           free_registered, reduce_scatter, transport_in_use)
 from .costs import cost_model  # noqa: E402
 from .executor import WORKSPACE
-from .ops import DTYPES, OPS
-from .registry import needs_bandwidth
+from .dtypes import DTYPES, TYPES
+from .ops import OPS
+from .algorithm import Algorithm
 from .ring import chunk_offsets
 from .transports.mpi import mpi_is_cuda_aware
 
@@ -49,8 +51,8 @@ def free_workspace():
 
 
 __all__ = [
-    "ALGORITHMS", "DTYPES", "OPS",
+    "ALGORITHMS", "DTYPES", "TYPES", "OPS",
     "allreduce", "allreduce_init", "PersistentAllreduce", "reduce_scatter", "all_gather",
-    "alloc_registered", "free_registered", "chunk_offsets", "free_workspace", "mpi_is_cuda_aware", "needs_bandwidth",
+    "alloc_registered", "free_registered", "chunk_offsets", "free_workspace", "mpi_is_cuda_aware", "Algorithm",
     "run_together", "transport_in_use", "ShmTooSmall", "cost_model",
 ]

@@ -26,10 +26,12 @@ from mpi4py import MPI
 from topology.model import Network
 from topology.probe import node_numbers
 
+from .algorithm import Algorithm
 from .costs import SCHEDULES, cost_model
+from .dtypes import LOW_PRECISION
 from .executor import private_comm
-from .ops import LOW_PRECISION, is_floating
-from .registry import ALGORITHMS, needs_bandwidth
+from .ops import is_floating
+from .registry import REGISTERED
 from .settings import setting
 
 SCHEMA = "allreduce-tuning/1"
@@ -40,7 +42,7 @@ CACHED = 1024  # (module, dtype, bytes) choices kept
 
 def candidates():
     """The registry's algorithms auto may choose: those that need no bandwidth matrix or tree, native MPI among them."""
-    return [name for name in ALGORITHMS if not needs_bandwidth(name)]
+    return [name for name, algorithm in REGISTERED.items() if not algorithm.wants_bandwidth()]
 
 
 def load_table(path):
@@ -99,13 +101,13 @@ class Choices:
         self._model = None  # the cost model, made at its first use
 
     def pick(self, xp, dtype, nbytes, op):
-        """The function to run for a call of ``nbytes`` of ``dtype`` in module ``xp``'s memory."""
+        """The :class:`.algorithm.Algorithm` to run for a call of ``nbytes`` of ``dtype`` in module ``xp``'s memory."""
         key = (xp, dtype, nbytes, op)
         run = self._cache.get(key)
         if run is None:
             if len(self._cache) >= CACHED:
                 self._cache.clear()
-            run = self._cache[key] = ALGORITHMS[self.choose(xp.__name__ != "numpy", dtype.name, nbytes, op)[0]]
+            run = self._cache[key] = REGISTERED[self.choose(xp.__name__ != "numpy", dtype.name, nbytes, op)[0]]
         return run
 
     def choose(self, device, dtype, nbytes, op="sum"):
@@ -131,7 +133,7 @@ class Choices:
         if np.dtype(dtype) in LOW_PRECISION:
             names.discard("native")  # MPI has no bfloat16 or fp8 reduction
         if not self.single_node:  # those that would run another algorithm across nodes
-            names -= {name for name in names if getattr(ALGORITHMS[name], "one_node_only", False)}
+            names -= {name for name in names if REGISTERED[name].one_node_only}
         return names
 
     def modelled(self, nbytes, usable):
@@ -166,7 +168,7 @@ def bind(coll, count, dtype):
 
 def allreduce(coll, sendbuf, recvbuf):
     choices = coll.private.resources.get("auto") or coll.private.resource("auto", Choices)
-    choices.pick(coll.xp, sendbuf.dtype, sendbuf.nbytes, coll.op)(coll, sendbuf, recvbuf)
+    choices.pick(coll.xp, sendbuf.dtype, sendbuf.nbytes, coll.op).allreduce(coll, sendbuf, recvbuf)
 
 
 def describe(private, transport):
@@ -174,6 +176,5 @@ def describe(private, transport):
     return f"per size, as {private.resource('auto', Choices).choose(False, 'float32', 8)[1]}; {transport}"
 
 
-allreduce.bind = bind
-allreduce.describe = describe
-allreduce.by_name_only = True  # it runs the others
+# it runs the others: by name only
+ALGORITHM = Algorithm("auto", allreduce, bind=bind, describe=describe, in_all=False)

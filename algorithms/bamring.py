@@ -16,6 +16,7 @@ import numpy as np
 from topology.rings import bottleneck_ring
 
 from . import ring
+from .algorithm import Algorithm
 from .plans import from_bandwidth
 
 _NEEDS_BANDWIDTH = ("algorithm {name!r} finds its ring order from link bandwidths, and none was given: pass "
@@ -52,10 +53,6 @@ def _ring_order(matrix):
     return RingOrder(bottleneck_ring(matrix))
 
 
-allreduce.prepare = prepare
-allreduce.needs_bandwidth = lambda: True
-allreduce.needs_plan = True  # never run without its order (the common case of collectives.allreduce)
-
 
 def _found_order(model):
     """The model's bottleneck ring, or the ranks' own order on uniform links (every order alike)."""
@@ -63,5 +60,9 @@ def _found_order(model):
     return np.arange(model.n) if found is None else np.asarray(found.order, dtype=np.int64)
 
 
-allreduce.schedule = ring.schedule_around(_found_order, """The ring in the order whose slowest link is
+schedule = ring.schedule_around(_found_order, """The ring in the order whose slowest link is
     fastest (topology.rings): the ring's closed form, its beta that slowest link.""")
+
+# never run without its order (the common case of collectives.allreduce)
+ALGORITHM = Algorithm("bamring", allreduce, schedule=schedule, prepare=prepare, needs_bandwidth=lambda: True,
+                      needs_plan=True)

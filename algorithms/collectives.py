@@ -13,19 +13,20 @@ from . import auto, ring
 from .agreement import FIELDS, agree
 from .arrays import array_module, check_vector, overlaps, same_memory
 from .executor import LAST_CALL, LAST_USED, private_comm
-from .ops import DTYPE_INDEX, DTYPES, FLOATING, OPS, check_op_dtype, dtype_index, op_index
+from .dtypes import DTYPES
+from .ops import DTYPE_INDEX, FLOATING, OPS, check_op_dtype, dtype_index, op_index
 from .plans import tree_for
-from .registry import ALGORITHMS
+from .registry import REGISTERED
 from .transports.registered import Registry
 
 _KINDS = ("allreduce", "reduce_scatter", "all_gather")
-#: every name ``algorithm=`` takes: the registry's algorithms, and ``auto``, which picks among them per call
-CHOICES = {**ALGORITHMS, "auto": auto.allreduce}
+#: every name ``algorithm=`` takes -> its :class:`.algorithm.Algorithm`: the registry's, and ``auto``,
+#: which picks among them per call
+ALGORITHMS = {**REGISTERED, "auto": auto.ALGORITHM}
 _NDARRAY, _WORLD = np.ndarray, MPI.COMM_WORLD
 RUNNERS = 256  # common-case calls kept per communicator, by shape (each keeps its plan and views)
 SAME_VECTORS_BYTES = 64 << 10  # the last call's vectors up to this size are referenced (LAST_CALL)
-_TREELESS = {name: run for name, run in CHOICES.items()  # those that can run without a tree or plan
-             if not hasattr(run, "tree_method") and not getattr(run, "needs_plan", False)}
+_TREELESS = {name: algorithm for name, algorithm in ALGORITHMS.items() if algorithm.treeless}
 
 
 def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None, check=True,
@@ -33,7 +34,7 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None, c
     """Reduce ``sendbuf`` over all ranks of ``comm`` with ``op``; every rank gets the result.
 
     ``recvbuf=None`` or ``recvbuf is sendbuf`` means in place. Ops: sum, prod,
-    max, min, avg (floating only). ``algorithm`` is a key of ``CHOICES``.
+    max, min, avg (floating only). ``algorithm`` is a key of ``ALGORITHMS``.
     Tree algorithms take ``tree=`` (a ``topology.Tree``) or ``bandwidth=`` (an
     S x S matrix in GB/s or a probe file) to build theirs from: ``"tree"`` is
     binomial without either, ``"bamtree"`` and ``"kmtree"`` need one of them;
@@ -75,8 +76,8 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None, c
                         LAST_CALL[0] = (sendbuf, recvbuf, algorithm, op, comm, dtype, sendbuf.shape, strides, runner,
                                         private.comm, fields)
                     return recvbuf
-    run = _common_case(sendbuf, recvbuf, op, algorithm, tree, bandwidth)
-    if run is not None:
+    chosen = _common_case(sendbuf, recvbuf, op, algorithm, tree, bandwidth)
+    if chosen is not None:
         private = _private("allreduce", comm)
         key = (algorithm, op, sendbuf.dtype, sendbuf.size)
         if key in private.runners:  # kept already (a call on another communicator came between)
@@ -89,17 +90,17 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None, c
     else:
         coll, result, plan = _prepare("allreduce", sendbuf, op, algorithm, comm, check,
                                       _allreduce_validation(sendbuf, recvbuf, op, algorithm, tree, bandwidth))
-        run, key = CHOICES[algorithm], None
+        chosen, key = ALGORITHMS[algorithm], None
     if plan is not None:
-        run(coll, sendbuf, result, plan)
+        chosen.allreduce(coll, sendbuf, result, plan)
     else:
-        run(coll, sendbuf, result)
+        chosen.allreduce(coll, sendbuf, result)
     if op == "avg":
         coll.finish(result)
     if key is not None:  # a common-case call of a new shape: its runner kept for the repeats
         if len(private.runners) >= RUNNERS:
             private.runners.clear()
-        private.runners[key] = (coll.runner(run, sendbuf.size, sendbuf.dtype), (sendbuf.itemsize,), fields)
+        private.runners[key] = (coll.runner(chosen, sendbuf.size, sendbuf.dtype), (sendbuf.itemsize,), fields)
     return result
 
 
@@ -111,7 +112,7 @@ def allreduce_init(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=No
     memory while it is in use, and every rank calls it in the same order as its other collectives."""
     coll, result, plan = _prepare("allreduce", sendbuf, op, algorithm, comm, True,
                                   _allreduce_validation(sendbuf, recvbuf, op, algorithm, tree, bandwidth))
-    return PersistentAllreduce(sendbuf, result, coll.runner(CHOICES[algorithm], sendbuf.size, sendbuf.dtype, plan))
+    return PersistentAllreduce(sendbuf, result, coll.runner(ALGORITHMS[algorithm], sendbuf.size, sendbuf.dtype, plan))
 
 
 class PersistentAllreduce:
@@ -191,7 +192,7 @@ def transport_in_use(xp, comm=None, algorithm=None):
     communicator and module (it may set up shared memory)."""
     private = private_comm(MPI.COMM_WORLD if comm is None else comm)
     text = private.transport(xp).describe()
-    describe = getattr(CHOICES.get(algorithm), "describe", None)
+    describe = ALGORITHMS[algorithm].describe if algorithm in ALGORITHMS else None
     return describe(private, text) if describe is not None else text
 
 
@@ -233,12 +234,12 @@ def _allreduce_validation(sendbuf, recvbuf, op, algorithm, tree, bandwidth):
     def validate(rank, size):
         result = _result_buffer(sendbuf, recvbuf, sendbuf.size)
         check_op_dtype(op, sendbuf.dtype)
-        run = CHOICES.get(algorithm)
-        if run is None:
-            raise ValueError(f"unknown algorithm {algorithm!r}; choices: {', '.join(CHOICES)}")
-        method = getattr(run, "tree_method", None)
+        chosen = ALGORITHMS.get(algorithm)
+        if chosen is None:
+            raise ValueError(f"unknown algorithm {algorithm!r}; choices: {', '.join(ALGORITHMS)}")
+        method = chosen.tree_method
         if method is None:
-            prepare = getattr(run, "prepare", None)
+            prepare = chosen.prepare
             if prepare is not None:  # checks tree= and bandwidth= itself; what it returns is passed on
                 return result, sendbuf.size, prepare(size, tree, bandwidth, algorithm)
             if tree is not None or bandwidth is not None:
@@ -270,7 +271,7 @@ def _result_buffer(sendbuf, recvbuf, count):
 
 
 def _common_case(sendbuf, recvbuf, op, algorithm, tree, bandwidth):
-    """The function of ``algorithm`` when the call is the common case, else None: two distinct
+    """The record of ``algorithm`` when the call is the common case, else None: two distinct
     1-D contiguous NumPy vectors of one supported dtype and length, ``recvbuf`` writable, a
     known op that suits the dtype, an algorithm that takes no tree. Checked in a few
     attribute reads (1.5 us less per call than the full validation), it accepts only what the
@@ -278,8 +279,8 @@ def _common_case(sendbuf, recvbuf, op, algorithm, tree, bandwidth):
     wrong."""
     if type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray or type(algorithm) is not str:
         return None
-    run = _TREELESS.get(algorithm)
-    if run is None or tree is not None or bandwidth is not None:
+    chosen = _TREELESS.get(algorithm)
+    if chosen is None or tree is not None or bandwidth is not None:
         return None
     dtype, flags = sendbuf.dtype, recvbuf.flags
     if (sendbuf.ndim != 1 or recvbuf.ndim != 1 or not sendbuf.flags.c_contiguous or not flags.c_contiguous
@@ -289,7 +290,7 @@ def _common_case(sendbuf, recvbuf, op, algorithm, tree, bandwidth):
         return None
     if recvbuf is sendbuf or ((sendbuf.base is not None or recvbuf.base is not None) and overlaps(sendbuf, recvbuf)):
         return None  # in place, or overlapping (two vectors that own their memory cannot overlap)
-    return run
+    return chosen
 
 
 def _private(name, comm):
@@ -309,7 +310,7 @@ def _fields(name, count, sendbuf, op, algorithm, plan):
         "count": count,
         "dtype": _field(lambda: dtype_index(sendbuf.dtype)),
         "op": _field(lambda: op_index(op)) if op is not None else 0,
-        "algorithm": _field(lambda: list(CHOICES).index(algorithm)) if algorithm else 0,
+        "algorithm": _field(lambda: list(ALGORITHMS).index(algorithm)) if algorithm else 0,
         "tree": plan.digest() if plan is not None else 0,
     }
 
@@ -350,7 +351,7 @@ def _describe(field, value):
         "collective": _KINDS,
         "dtype": [dt.name for dt in DTYPES],
         "op": list(OPS),
-        "algorithm": list(CHOICES),
+        "algorithm": list(ALGORITHMS),
     }.get(field)
     if names is not None and 0 <= value < len(names):
         return repr(names[value])

@@ -17,6 +17,7 @@ import numpy as np
 from topology import double_binary_trees
 
 from . import tree
+from .algorithm import Algorithm
 from .layout import SEGMENT_BYTES
 
 
@@ -40,4 +41,4 @@ def schedule(model, m):
     return model.pipelined(("dbtree",), _edges(model.n), m / 2, SEGMENT_BYTES)
 
 
-allreduce.schedule = schedule
+ALGORITHM = Algorithm("dbtree", allreduce, schedule=schedule)

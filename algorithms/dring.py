@@ -28,6 +28,7 @@ from topology import BandwidthMatrix
 from topology.rings import bottleneck_ring
 
 from . import ring
+from .algorithm import Algorithm
 from .bamring import RingOrder
 from .layout import chunk_offsets
 from .plans import from_bandwidth
@@ -126,7 +127,7 @@ def schedule(model, m):
     in one phase, every direction of every link its own capacity, a node's ports shared by both):
     2(N-1)(alpha + M/(2N beta)) on uniform per-pair links; on 2 ranks the ring's."""
     if model.n <= 2:
-        return ring.allreduce.schedule(model, m)
+        return ring.schedule(model, m)
     found = model_ring(model)
     order = np.arange(model.n) if found is None else np.asarray(found.order, dtype=np.int64)
     after = np.roll(order, -1)
@@ -135,6 +136,5 @@ def schedule(model, m):
     return [(2 * (model.n - 1), "step", pairs.time(m / (2 * model.n)))]
 
 
-allreduce.prepare = prepare
-allreduce.accepts_bandwidth = True  # optional: the ring's order
-allreduce.schedule = schedule
+# a matrix is optional: the ring's order
+ALGORITHM = Algorithm("dring", allreduce, schedule=schedule, prepare=prepare, accepts_bandwidth=True)

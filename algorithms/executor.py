@@ -242,17 +242,19 @@ class Collective:
             steps = self._plans[key] = build(self, *shape)
         return steps
 
-    def runner(self, run, count, dtype, plan=None):
-        """``runner(sendbuf, recvbuf)``: algorithm ``run`` on vectors of ``count`` elements of
-        ``dtype`` in this context (and on ``plan``, what its ``prepare`` or tree method made),
-        with what every such call repeats done once: the algorithm's ``run.bind(self, count,
-        dtype)`` where it has one, else ``run`` itself; ``avg``'s division included. What a bind
-        needs built collectively it finds built by an earlier call, or leaves to the first call."""
+    def runner(self, algorithm, count, dtype, plan=None):
+        """``runner(sendbuf, recvbuf)``: ``algorithm`` (an :class:`.algorithm.Algorithm`) on vectors
+        of ``count`` elements of ``dtype`` in this context (and on ``plan``, what its ``prepare`` or
+        tree method made), with what every such call repeats done once: its ``bind(self, count,
+        dtype)`` where it has one, else its ``allreduce`` itself; ``avg``'s division included. What a
+        bind needs built collectively it finds built by an earlier call, or leaves to the first call."""
         if plan is not None:
+            run = algorithm.allreduce
+
             def bound(sendbuf, recvbuf):
                 run(self, sendbuf, recvbuf, plan)
         else:
-            bound = self.bound(run, count, dtype)
+            bound = self.bound(algorithm, count, dtype)
         if self.op != "avg" or self.size == 1:
             return bound
         finish = self.finish
@@ -262,12 +264,13 @@ class Collective:
             finish(recvbuf)
         return averaged
 
-    def bound(self, run, count, dtype):
+    def bound(self, algorithm, count, dtype):
         """``run(sendbuf, recvbuf)`` in this context for vectors of ``count`` elements of
-        ``dtype``: the algorithm's ``run.bind(self, count, dtype)`` where it has one, else ``run``
+        ``dtype``: ``algorithm.bind(self, count, dtype)`` where it has one, else its ``allreduce``
         itself (no ``avg`` division: :meth:`runner` adds it)."""
-        bind = getattr(run, "bind", None)
-        return functools.partial(run, self) if bind is None else bind(self, count, dtype)
+        if algorithm.bind is None:
+            return functools.partial(algorithm.allreduce, self)
+        return algorithm.bind(self, count, dtype)
 
     def _recv_combine_from_scratch(self, acc, source, out, combine):
         incoming = self.scratch(acc.dtype, acc.size, "combine-in")

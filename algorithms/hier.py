@@ -51,14 +51,17 @@ from topology import BandwidthMatrix, build_tree
 
 from . import ring
 from . import tree as tree_executor
+from .algorithm import Algorithm
 from .executor import Private, private_comm
 from .layout import SEGMENT_BYTES, chunk_offsets
 from .plans import from_bandwidth, matrix_key
-from .settings import setting
+from .settings import WIRE, setting
 
 __all__ = ["Layout", "allreduce", "layout_of", "node_layout", "prepare"]
 
 RESOURCE = "hier"  # the name of the Layout among a Private's resources
+#: what runs between the nodes (ALLREDUCE_HIER_ACROSS; the cost model's ``across``)
+ACROSS = WIRE["ALLREDUCE_HIER_ACROSS"].choices
 _NEEDS_BANDWIDTH = ("algorithm 'hier' with ALLREDUCE_HIER_ACROSS=bamtree builds its tree across nodes from "
                     "link bandwidths, and none was given: pass bandwidth= (an S x S matrix in GB/s, or a file "
                     "from 'python -m topology probe')")
@@ -304,8 +307,6 @@ def _checked(matrix):
     return Bandwidth(matrix, matrix_key(matrix))
 
 
-allreduce.prepare = prepare
-allreduce.needs_bandwidth = lambda: setting("ALLREDUCE_HIER_ACROSS") == "bamtree"
 
 
 def schedule(model, m):
@@ -314,6 +315,8 @@ def schedule(model, m):
     nodes in waves of the smallest node's n pieces, each piece on its owners' ring (or BAM
     tree, ``model.across``), the owners of a wave at once, sharing their nodes' ports. Nodes of
     R ranks: 2(R-1)(alpha_i + M/(R beta_i)) + 2(K-1)(alpha + M/(K beta)) on uniform links."""
+    if model.across not in ACROSS:
+        raise ValueError(f"hier across {model.across!r}: choices {', '.join(ACROSS)}")
     groups = sorted(model.network.node_ranks(), key=lambda g: g[0])  # hier's nodes: by first rank
     k, sizes = len(groups), [len(g) for g in groups]
     pieces = max(sizes)
@@ -364,4 +367,5 @@ def _between_nodes(model, groups):
     return BandwidthMatrix(model.matrix.bandwidth[pick], model.matrix.latency[pick])
 
 
-allreduce.schedule = schedule
+ALGORITHM = Algorithm("hier", allreduce, schedule=schedule, prepare=prepare,
+                      needs_bandwidth=lambda: setting("ALLREDUCE_HIER_ACROSS") == "bamtree")

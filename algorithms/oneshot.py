@@ -83,5 +83,4 @@ def schedule(model, m):
     return [(rounds, "round", all_to_all(model).time(m / rounds, ROUND_MESSAGES))]
 
 
-allreduce = over_boxes("oneshot", OneShotWindow, recursive_doubling.allreduce)
-allreduce.schedule = schedule
+ALGORITHM = over_boxes("oneshot", OneShotWindow, recursive_doubling.allreduce, schedule)

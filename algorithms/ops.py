@@ -34,6 +34,7 @@ import importlib.util
 import ml_dtypes
 import numpy as np
 
+from .dtypes import DTYPES, LOW_PRECISION
 from .settings import setting
 
 #: Op name -> name of the element-wise ufunc that combines two partial results.
@@ -45,18 +46,6 @@ OPS = {
     "avg": "add",
 }
 
-#: Supported element types, in a fixed order (the index is exchanged between ranks).
-DTYPES = tuple(
-    np.dtype(name)
-    for name in (
-        "int8", "int16", "int32", "int64",
-        "uint8", "uint16", "uint32", "uint64",
-        "float16", "float32", "float64",
-    )
-) + tuple(np.dtype(t) for t in (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2))
-
-#: The floating types NumPy does not count as floating (``kind`` is not ``"f"`` for all of them).
-LOW_PRECISION = frozenset(DTYPES[-3:])
 FLOATING = frozenset(dt for dt in DTYPES if dt.kind == "f") | LOW_PRECISION
 
 DTYPE_INDEX = {dt: i for i, dt in enumerate(DTYPES)}

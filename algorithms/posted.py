@@ -13,6 +13,8 @@ import functools
 
 import numpy as np
 
+from .algorithm import Algorithm
+
 #: a round's start-up in messages: one counter written and polled in shared memory, no message
 #: (bench perf, 8 B on 2 ranks: oneshot 2.06 us, rd's one message 3.57 us)
 ROUND_MESSAGES = 0.5
@@ -26,9 +28,9 @@ def in_pieces(boxes, sendbuf, recvbuf, coll):
         boxes.round_for(piece.dtype, piece.size)(piece, recvbuf[lo:lo + step], coll)
 
 
-def over_boxes(name, window, fallback, pieces=in_pieces):
-    """``allreduce(coll, sendbuf, recvbuf)``, with its ``bind``, ``describe`` and ``one_node_only``,
-    for the algorithm ``name`` whose window is ``window(comm)`` (a :class:`.transports.boxes.Boxes`
+def over_boxes(name, window, fallback, schedule, pieces=in_pieces):
+    """The :class:`.algorithm.Algorithm` (``allreduce(coll, sendbuf, recvbuf)`` with its ``bind``
+    and ``describe``, ``schedule``, one node only) of the algorithm ``name`` whose window is ``window(comm)`` (a :class:`.transports.boxes.Boxes`
     with ``round_for(dtype, count)``, giving ``round(piece, out, coll)``; collective to build, kept
     as the communicator's resource ``name``); ``fallback(coll, sendbuf, recvbuf)`` runs where it
     cannot, ``pieces(boxes, sendbuf, recvbuf, coll)`` a vector over one box (:func:`in_pieces`)."""
@@ -75,10 +77,8 @@ def over_boxes(name, window, fallback, pieces=in_pieces):
         text = f"{transport}; {name} runs {boxes.note}" if boxes.note else transport
         return f"{text}; {name} {boxes.detail}" if boxes.detail else text
 
-    allreduce.bind = bind
-    allreduce.describe = describe
-    allreduce.one_node_only = True  # across nodes it runs its fallback
-    return allreduce
+    # across nodes it runs its fallback
+    return Algorithm(name, allreduce, schedule=schedule, bind=bind, describe=describe, one_node_only=True)
 
 
 def all_to_all(model):

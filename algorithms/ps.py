@@ -7,6 +7,7 @@ segments (:func:`layout.segment_offsets`), so the root needs one segment of work
 
 import numpy as np
 
+from .algorithm import Algorithm
 from .layout import segment_offsets, segments
 
 ROOT = 0
@@ -43,4 +44,4 @@ def schedule(model, m):
     return [(1, "up", up), (1, "down", down)]
 
 
-allreduce.schedule = schedule
+ALGORITHM = Algorithm("ps", allreduce, schedule=schedule)

@@ -29,6 +29,7 @@ import functools
 
 import numpy as np
 
+from .algorithm import Algorithm
 from .layout import chunk_offsets, segment_offsets
 from .settings import setting
 
@@ -175,7 +176,6 @@ def allreduce(coll, sendbuf, recvbuf):
     coll.plan(bind, recvbuf.size, recvbuf.dtype)(sendbuf, recvbuf)
 
 
-allreduce.bind = bind
 
 
 def schedule(model, m):
@@ -208,4 +208,4 @@ def schedule(model, m):
     return parts
 
 
-allreduce.schedule = schedule
+ALGORITHM = Algorithm("rabenseifner", allreduce, schedule=schedule, bind=bind)

@@ -19,6 +19,7 @@ import functools
 
 import numpy as np
 
+from .algorithm import Algorithm
 from .layout import segment_offsets
 
 
@@ -117,7 +118,6 @@ def allreduce(coll, sendbuf, recvbuf):
     coll.plan(bind, recvbuf.size, recvbuf.dtype)(sendbuf, recvbuf)
 
 
-allreduce.bind = bind
 
 
 def schedule(model, m):
@@ -142,4 +142,4 @@ def schedule(model, m):
     return parts
 
 
-allreduce.schedule = schedule
+ALGORITHM = Algorithm("rd", allreduce, schedule=schedule, bind=bind)

@@ -25,6 +25,7 @@ all-gather. Every element is still reduced in the same order.
 
 import numpy as np
 
+from .algorithm import Algorithm
 from .layout import chunk_offsets, segment_offsets
 
 __all__ = ["chunk_offsets", "reduce_scatter", "all_gather", "allreduce"]
@@ -190,8 +191,6 @@ def allreduce(coll, sendbuf, recvbuf, order=None):
     coll.plan(bind, sendbuf.size, sendbuf.dtype, order)(sendbuf, recvbuf)
 
 
-allreduce.bind = bind
-
 
 def schedule_around(order_of, doc):
     """The ring's schedule (docstring ``doc``) around the order ``order_of(model)`` returns:
@@ -204,6 +203,9 @@ def schedule_around(order_of, doc):
     return schedule
 
 
-allreduce.schedule = schedule_around(lambda model: np.arange(model.n), """2(N-1) steps, each rank sending
+schedule = schedule_around(lambda model: np.arange(model.n), """2(N-1) steps, each rank sending
     M/N to the next (ranks in order, so only the links between consecutive nodes use ports, one
     transfer each): 2(N-1)(alpha + M/(N beta)) on uniform links.""")
+
+ALGORITHM = Algorithm("ring", allreduce, schedule=schedule, bind=bind, reduce_scatter=reduce_scatter,
+                      all_gather=all_gather)

@@ -77,9 +77,9 @@ except ImportError as exc:  # pragma: no cover - without torch the module is unu
 import ml_dtypes
 from mpi4py import MPI
 
-from topology.ending import thread_level_name
+from plumbing.ending import thread_level_name
 
-from .collectives import CHOICES, allreduce
+from .collectives import ALGORITHMS, allreduce
 
 #: torch dtype -> how its CPU tensor becomes a NumPy vector of the same memory, and that vector's dtype
 _VIEWS = {
@@ -144,8 +144,8 @@ class HookState:
     every rank passed the same (a small collective per bucket; False skips it)."""
 
     def __init__(self, algorithm="auto", comm=None, overlap=False, check=True):
-        if algorithm not in CHOICES:
-            raise ValueError(f"unknown algorithm {algorithm!r}; choices: {', '.join(CHOICES)}")
+        if algorithm not in ALGORITHMS:
+            raise ValueError(f"unknown algorithm {algorithm!r}; choices: {', '.join(ALGORITHMS)}")
         self.algorithm, self.overlap, self.check = algorithm, bool(overlap), bool(check)
         self.comm = MPI.COMM_WORLD if comm is None else comm
         self.calls = []

@@ -21,6 +21,7 @@ one step's messages in the same order (tree by tree), as MPI's ordering needs.
 A leaf sends straight from the send buffer, so nothing is copied first.
 """
 
+from .algorithm import Algorithm
 from .layout import SEGMENT_BYTES, chunk_offsets, segment_offsets
 
 
@@ -101,9 +102,9 @@ _CLOSED_FORMS = {
 }
 
 
-def built_by(method):
-    """The tree all-reduce, registered with the ``topology.build_tree`` method that builds its
-    tree: ``"binomial"``, ``"bam"`` (bottleneck-matched) or ``"km"`` (Kuhn-Munkres)."""
+def built_by(name, method):
+    """The tree all-reduce ``name``, registered with the ``topology.build_tree`` method that builds
+    its tree: ``"binomial"``, ``"bam"`` (bottleneck-matched) or ``"km"`` (Kuhn-Munkres)."""
     def run(coll, sendbuf, recvbuf, tree):
         allreduce(coll, sendbuf, recvbuf, [tree])
 
@@ -115,6 +116,4 @@ def built_by(method):
         (:meth:`topology.model.Model.pipelined`), so a rank with k children and a parent moves k+1
         segments through each port. {_CLOSED_FORMS[method]}"""
 
-    run.tree_method = method
-    run.schedule = schedule
-    return run
+    return Algorithm(name, run, schedule=schedule, tree_method=method)

@@ -274,10 +274,9 @@ def schedule(model, m):
     where the reads share nothing but their links, 2(N-1)/N M/beta where each rank's memory takes
     its reads one after another; across nodes, the ring."""
     if len(model.network.node_ranks()) > 1:
-        return ring.allreduce.schedule(model, m)
+        return ring.schedule(model, m)
     rounds = max(1, math.ceil(m / setting("ALLREDUCE_TWOSHOT_BYTES")))
     return [(2 * rounds, "phase", all_to_all(model).time(m / (model.n * rounds), ROUND_MESSAGES))]
 
 
-allreduce = over_boxes("twoshot", TwoShotWindow, ring.allreduce, in_pieces)
-allreduce.schedule = schedule
+ALGORITHM = over_boxes("twoshot", TwoShotWindow, ring.allreduce, schedule, in_pieces)

@@ -2,8 +2,8 @@
 lists them, and ``python -m bench --help`` shows them).
 
 The sweep, and the tools that run under mpiexec, run together
-(:func:`topology.ending.run_together`): an error or a signal on one rank ends every rank.
-Before MPI starts, what it needs of ``/dev/shm`` is settled (:mod:`topology.shm`), and so is
+(:func:`plumbing.ending.run_together`): an error or a signal on one rank ends every rank.
+Before MPI starts, what it needs of ``/dev/shm`` is settled (:mod:`plumbing.shm`), and so is
 what a baseline told its own algorithm reads at ``MPI_Init`` (:meth:`bench.baselines.Baseline.environment`),
 and the thread level ``MPI_Init`` asks for: ``MPI_THREAD_SINGLE``, what a C program's ``MPI_Init``
 gets, for the sweep and every tool, more only where a tool's ``thread_level`` asks for it
@@ -15,9 +15,10 @@ import os
 import sys
 
 from bench.baselines import BASELINES
-from bench.tools import TOOLS
-from topology.ending import THREAD_LEVEL, ask_thread_level, run_together
-from topology.shm import settle_before_mpi_init, world_rank
+from bench.tools import TOOLS, listing
+from plumbing.ending import THREAD_LEVEL, ask_thread_level, run_together
+from plumbing.launcher import world_rank
+from plumbing.shm import settle_before_mpi_init
 
 
 def main(argv=None):
@@ -38,8 +39,9 @@ def main(argv=None):
                     print(f"python -m bench: error: {wanted}", file=sys.stderr)
                 return 2
             os.environ.update(wanted)
-    module = tool.module if tool else "bench.core.sweep"
-    return run_together(lambda: importlib.import_module(module).main(argv[1:] if tool else argv), prog)
+    if tool is not None:
+        return run_together(lambda: importlib.import_module(tool.module).main(argv[1:]), prog)
+    return run_together(lambda: importlib.import_module("bench.core.sweep").main(argv, listing()), prog)
 
 
 if __name__ == "__main__":

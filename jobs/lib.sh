@@ -7,7 +7,7 @@
 #             proxies on the allocated nodes through Slurm) or srun (srun --mpi=pmi2, Slurm's
 #             PMI2, which the mpich wheel speaks; with the mpich 5.0.2 wheel and Slurm 22.05
 #             3 of 10 two-rank jobs hung in MPI_Init here, so it is not the default). srun runs
-#             with --kill-on-bad-exit: a rank that ends the job by exiting alone (topology/ending.py)
+#             with --kill-on-bad-exit: a rank that ends the job by exiting alone (plumbing/ending.py)
 #             gets the others killed, where srun's default leaves them waiting for it
 #   RANKS     rank count for mpiexec outside Slurm (default: the number of cores)
 #   RESULTS   the output folder (default: $REPO/results/<job id or UTC timestamp>)

@@ -12,7 +12,8 @@ from algorithms import settings
 from bench.core.check import check_expected, check_fill
 from bench.core.memory import bytes_needed, check_memory
 from bench.formats.results import ResultsWriter, read_results
-from topology import BandwidthMatrix, ending
+from plumbing import ending
+from topology import BandwidthMatrix
 
 
 @pytest.mark.parametrize("name,raw,message", [

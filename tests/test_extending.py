@@ -1,7 +1,7 @@
 """A new algorithm is one module and one registry line, a new baseline one module and one table
 entry: each then shows wherever the suite lists them, with nothing else edited.
 
-Each test copies the code (algorithms/, topology/, bench/) into a folder of its own, adds the
+Each test copies the code (plumbing/, algorithms/, topology/, bench/) into a folder of its own, adds the
 module and the line there, and runs the copy (first on PYTHONPATH) as a user would, under a real
 mpiexec where it measures.
 """
@@ -17,13 +17,14 @@ from conftest import ROOT, mpiexec
 TRIVIAL_ALGORITHM = '''"""A trivial all-reduce, for the test of the registry: recursive doubling under another name."""
 
 from . import recursive_doubling
+from .algorithm import Algorithm
 
 
 def allreduce(coll, sendbuf, recvbuf):
     recursive_doubling.allreduce(coll, sendbuf, recvbuf)
 
 
-allreduce.schedule = recursive_doubling.schedule
+ALGORITHM = Algorithm("trivial", allreduce, schedule=recursive_doubling.schedule)
 '''
 
 TRIVIAL_BASELINE = '''"""A trivial baseline, for the test of the baselines' table: the MPI library's collective under another name."""
@@ -45,7 +46,7 @@ class EchoBaseline(Baseline):
 
 def copy_of_the_code(tmp_path):
     code = tmp_path / "code"
-    for package in ("algorithms", "topology", "bench"):
+    for package in ("plumbing", "algorithms", "topology", "bench"):
         shutil.copytree(ROOT / package, code / package, ignore=shutil.ignore_patterns("__pycache__"))
     return code
 
@@ -71,7 +72,7 @@ def test_an_algorithm_is_one_module_and_one_registry_line(tmp_path):
     (code / "algorithms" / "trivial.py").write_text(TRIVIAL_ALGORITHM)
     registry = code / "algorithms" / "registry.py"
     add_line(registry, "from . import", "from . import trivial")
-    add_line(registry, "ALGORITHMS = {", '    "trivial": trivial.allreduce,')
+    add_line(registry, "REGISTERED = {", '    trivial.ALGORITHM,')
     assert "trivial" not in run(ROOT, ["-m", "bench", "--help"])  # the original does not know it
     assert re.search(r"comma list of [a-z,]*\btrivial\b", " ".join(run(code, ["-m", "bench", "--help"]).split()))
     swept = run(code, ["-m", "bench", "-b", "8", "-e", "64K", "-f", "64", "-n", "2", "-w", "1", "--algo", "all",

@@ -7,7 +7,7 @@ import json
 import pytest
 from conftest import run_mpi
 
-from bench.baselines.gloo import DTYPES, problem
+from bench.baselines.gloo import dtypes, problem
 
 needs_torch = pytest.mark.skipif(problem() is not None, reason=problem() or "")
 
@@ -28,7 +28,7 @@ def test_gloo_is_exact_beside_ours(tmp_path, ranks):
 
 @needs_torch
 def test_gloo_on_every_dtype_it_takes(tmp_path):
-    for dtype in DTYPES:
+    for dtype in dtypes():
         proc = run_mpi(2, ["-m", "bench", "-b", "1K", "-e", "64K", "-f", "64", "-n", "1", "-w", "1",
                            "--algo", "gloo", "-d", dtype, "-c", "1", "--log", "none", "--quiet"], timeout=120)
         assert proc.returncode == 0, dtype + proc.stdout + proc.stderr

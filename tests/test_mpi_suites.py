@@ -15,8 +15,12 @@ RANK_COUNTS = [1, 2, 3, 5, 8]  # one rank, powers of two (2, 8) and not (3, 5)
 #: size (the transports move bytes; every dtype runs on the default transport at every rank count),
 #: and one algorithm of each way of using the transport: bamring runs the ring's exchanges, bamtree
 #: and kmtree the tree's executor, and oneshot and twoshot their own windows, not the transport
-ONE_DTYPE_PER_ITEM_SIZE = ("not uint and not int16 and not int32 and not int64 and not bfloat16 and not float8"
-                           " and not bamring and not bamtree and not kmtree and not oneshot and not twoshot")
+#: the transport suites' dtypes, the smallest item size and the largest (int8, float64: what a
+#: transport cuts into segments and slots depends on the item size alone; the correctness suite
+#: runs every dtype), and the algorithms that use the transport their own way
+SMALLEST_AND_LARGEST_ITEMS = ("not uint and not int16 and not int32 and not int64 and not bfloat16 and not float8"
+                              " and not float16 and not float32"
+                              " and not bamring and not bamtree and not kmtree and not oneshot and not twoshot")
 
 
 def run_suite(ranks, path, tmp_path, timeout, env=None, select=None):
@@ -57,14 +61,14 @@ def test_staged_transport_suite(tmp_path):
     16 KiB chunks so that every larger blocking message goes through the double-buffered pipeline."""
     run_suite(3, "tests/mpi/test_correctness.py", tmp_path, timeout=300,
               env={"ALLREDUCE_TRANSPORT": "staged", "ALLREDUCE_SEGMENT_BYTES": "65536",
-                   "ALLREDUCE_STAGE_BYTES": "16384"}, select=ONE_DTYPE_PER_ITEM_SIZE)
+                   "ALLREDUCE_STAGE_BYTES": "16384"}, select=SMALLEST_AND_LARGEST_ITEMS)
 
 
 def test_direct_transport_suite(tmp_path):
     """Plain MPI point-to-point, which host buffers use between nodes (and device buffers with
     a CUDA-aware MPI); on one node the shared-memory transport is the default."""
     run_suite(3, "tests/mpi/test_correctness.py", tmp_path, timeout=300, env={"ALLREDUCE_TRANSPORT": "direct"},
-              select=ONE_DTYPE_PER_ITEM_SIZE)
+              select=SMALLEST_AND_LARGEST_ITEMS)
 
 
 def test_shared_memory_transport_suite_with_small_slots(tmp_path):
@@ -77,7 +81,7 @@ def test_shared_memory_transport_suite_with_small_slots(tmp_path):
     run_suite(3, "tests/mpi/test_correctness.py", tmp_path, timeout=300,
               env={"ALLREDUCE_SHM_SLOT_BYTES": "4096", "ALLREDUCE_SHM_MIN_BYTES": "64",
                    "ALLREDUCE_SHM_MAX_BYTES": "65536", "ALLREDUCE_SEGMENT_BYTES": "16384",
-                   "ALLREDUCE_SHM_BY_PAGES": "1"}, select=ONE_DTYPE_PER_ITEM_SIZE)
+                   "ALLREDUCE_SHM_BY_PAGES": "1"}, select=SMALLEST_AND_LARGEST_ITEMS)
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 3, 5])
@@ -125,7 +129,7 @@ def test_device_buffer_suite(ranks, tmp_path):
 
 
 #: hier's node layouts, "nodes x ranks per node": (ranks, ALLREDUCE_NODE_MAP or None for the ranks
-#: that share memory, other settings, every dtype or one of each item size). Two with small segments
+#: that share memory, other settings, every dtype, or the smallest and the largest item size). Two with small segments
 #: and slots, so that pieces move in many segments; about 35 s in all on 2 idle cores
 SMALL_PIECES = {"ALLREDUCE_SEGMENT_BYTES": "4096", "ALLREDUCE_SHM_SLOT_BYTES": "4096"}
 HIER_LAYOUTS = {
@@ -147,4 +151,4 @@ def test_hier_suite(layout, tmp_path):
     ranks, node_map, env, every_dtype = HIER_LAYOUTS[layout]
     env = {"ALLREDUCE_NODE_MAP": node_map or "", "ALLREDUCE_HIER_ACROSS": "ring", **env}  # "": shared memory
     run_suite(ranks, "tests/mpi/test_hier.py", tmp_path, timeout=180, env=env,
-              select=None if every_dtype else ONE_DTYPE_PER_ITEM_SIZE)
+              select=None if every_dtype else SMALLEST_AND_LARGEST_ITEMS)

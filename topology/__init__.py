@@ -1,10 +1,9 @@
 """Topology: bandwidth matrices, matchings and trees as data (the bottleneck-aware matching, BAM, tree), and the probe.
 
-Everything here is pure data except :mod:`topology.probe`, which talks MPI,
-:func:`topology.report.heatmap`, which draws with matplotlib, :mod:`topology.shm`, which
-sizes the node's ``/dev/shm`` before MPI starts, and :mod:`topology.ending`, which ends every
-rank of a job together. :mod:`topology.model` is the cost model of all-reduces on the links.
-It never imports ``algorithms`` or ``bench``. :func:`findings` (:mod:`topology.report`) reads a matrix's health.
+Everything here is pure data except :mod:`topology.probe`, which talks MPI, and
+:func:`topology.report.heatmap`, which draws with matplotlib. :mod:`topology.model` is the cost
+model of all-reduces on the links. It imports only ``plumbing`` of this project, never
+``algorithms`` or ``bench``. :func:`findings` (:mod:`topology.report`) reads a matrix's health.
 """
 
 from .build import METHODS, build_tree, tree_cost

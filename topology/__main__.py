@@ -3,7 +3,7 @@
 * ``mpiexec -n N python -m topology probe -o FILE.json [-b 8M] [--reps 5] [--warmup 2] [--mode rounds|each]``
   measures every pair of ranks (between nodes, their leaders) and each node's ports, and writes
   the bandwidth matrix (rank 0 writes, atomically). An error or a signal on any rank ends every
-  rank (:mod:`topology.ending`).
+  rank (:mod:`plumbing.ending`).
 * ``python -m topology tree FILE.json [--method bam|km|binomial] [--root R|best]``
   prints the tree built from a matrix, level by level with each level's bottleneck.
 * ``python -m topology report FILE.json [--threshold 0.7] [--asymmetry 1.5] [--heatmap PATH |
@@ -12,27 +12,20 @@
   or without, 2 on a file it cannot read or a bad option, with one line on stderr.
 """
 
-import argparse
 import json
 import os
 import sys
 
+from plumbing.cli import Parser
+from plumbing.ending import ask_thread_level, fail_together, run_together
+from plumbing.files import cannot_write, check_writable
+from plumbing.shm import settle_before_mpi_init
+from plumbing.units import parse_size
+
 from . import report
 from .build import METHODS, build_tree, tree_cost
-from .ending import ask_thread_level, fail_together, run_together
-from .files import cannot_write, check_writable
 from .matrix import as_matrix
 from .report import ASYMMETRY, THRESHOLD
-from .shm import settle_before_mpi_init
-from .units import parse_size
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message):
-        """One line, from rank 0 alone under mpiexec, and exit 2 (every rank parses the same argv)."""
-        if os.environ.get("PMI_RANK", "0") == "0":
-            sys.stderr.write(f"{self.prog}: error: {message}\n")
-        raise SystemExit(2)
 
 
 def main(argv=None):

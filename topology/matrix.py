@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .files import write_json_atomically
+from plumbing.files import write_json_atomically
 
 FORMAT = "allreduce-bench/bandwidth-matrix"
 VERSION = 2

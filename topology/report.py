@@ -33,7 +33,7 @@ import os
 
 import numpy as np
 
-from .files import write_atomically
+from plumbing.files import save_figure_atomically
 from .matrix import as_matrix
 
 THRESHOLD = 0.7  # a link, node or port below this share of its median is slow
@@ -354,7 +354,7 @@ def heatmap(matrix, path, title=None):
                              fontsize=11)
     fig.suptitle(title or f"bandwidth, {size} ranks on {count} node{'s' if count != 1 else ''}")
     fig.tight_layout()
-    _save_atomically(fig, path)
+    save_figure_atomically(fig, path, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -404,10 +404,6 @@ def _few_decades(norm):
     """Whether a log colour bar spans under two decades (minor ticks labelled then)."""
     return norm.vmax < 100 * norm.vmin
 
-
-def _save_atomically(fig, path):
-    """``fig`` as a PNG at ``path`` through a temporary file in the same folder, then a rename."""
-    write_atomically(path, lambda f: fig.savefig(f, format="png", bbox_inches="tight"), binary=True)
 
 
 def default_heatmap_path(path):

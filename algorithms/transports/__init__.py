@@ -13,7 +13,7 @@ reducing and bound forms), so an algorithm never knows which carries it.
 :func:`build_transport` picks one per communicator and array module.
 """
 
-from topology.shm import SHM_FIX, ShmTooSmall
+from plumbing.shm import SHM_FIX, ShmTooSmall
 
 from ..arrays import is_device
 from ..settings import setting

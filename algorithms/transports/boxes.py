@@ -24,7 +24,7 @@ import platform
 import numpy as np
 from mpi4py import MPI
 
-from topology.shm import ShmTooSmall
+from plumbing.shm import ShmTooSmall
 
 from ..settings import setting
 from .shared_windows import allocate_shared, warn_once

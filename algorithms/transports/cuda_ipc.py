@@ -8,7 +8,7 @@ rank copies device to device into its own slots and its peers read them in place
 intranode P2P transport does. Nothing here runs without CuPy and a GPU.
 """
 
-from topology.ending import raise_together
+from plumbing.ending import raise_together
 
 
 class IpcUnavailable(RuntimeError):

@@ -16,7 +16,7 @@ and unregistered buffers still work beside registered ones.
 import numpy as np
 from mpi4py import MPI
 
-from topology.shm import SHM_FIX, mib
+from plumbing.shm import SHM_FIX, mib
 
 from .shared_windows import allocate_shared
 

@@ -19,10 +19,10 @@ SIGBUS, with no word of what ran out. So every shared window of ours (the transp
    every 4 KiB of a window allocated without it). Older kernels have the check alone.
 
 Where either step fails on any rank, every rank of the communicator raises the same
-:class:`topology.shm.ShmTooSmall` (a ``MemoryError``) naming ``/dev/shm``, the bytes needed and free, and
+:class:`plumbing.shm.ShmTooSmall` (a ``MemoryError``) naming ``/dev/shm``, the bytes needed and free, and
 the fix; the window is freed first. A node of one rank is backed by private memory (no
 ``/dev/shm`` file), so it is not checked, only touched. What ``MPI_Init`` itself needs of
-``/dev/shm`` is settled before it (:func:`topology.shm.before_mpi_init`).
+``/dev/shm`` is settled before it (:func:`plumbing.shm.before_mpi_init`).
 """
 
 import ctypes
@@ -31,8 +31,8 @@ import sys
 
 from mpi4py import MPI
 
-from topology.ending import first_problem
-from topology.shm import MPI_BYTES_PER_RANK, PAGE, SHM_FIX, SHM_PATH, ShmTooSmall, free_bytes, mib
+from plumbing.ending import first_problem
+from plumbing.shm import MPI_BYTES_PER_RANK, PAGE, SHM_FIX, SHM_PATH, ShmTooSmall, free_bytes, mib
 
 RESERVE_PER_RANK = MPI_BYTES_PER_RANK  # left free for MPICH's own file, which it fills as it goes
 MADV_POPULATE_WRITE = 23    # include/uapi/asm-generic/mman-common.h

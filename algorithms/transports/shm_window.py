@@ -19,7 +19,7 @@ import os
 import numpy as np
 from mpi4py import MPI
 
-from topology.shm import ShmTooSmall
+from plumbing.shm import ShmTooSmall
 
 from ..arrays import is_device, stream_synchronize
 from ..settings import setting, size_text

@@ -16,9 +16,4 @@ from .nccl import NcclBaseline
 BASELINES = (MpiBaseline(), Mpi4pyBaseline(), NcclBaseline(), GlooBaseline())
 
 
-def find(name):
-    """The baseline that runs ``--algo`` entry ``name``, or None (one of ours)."""
-    return next((b for b in BASELINES if b.matches(name)), None)
-
-
-__all__ = ["BASELINES", "Baseline", "Unavailable", "find"]
+__all__ = ["BASELINES", "Baseline", "Unavailable"]

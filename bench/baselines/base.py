@@ -44,9 +44,6 @@ class Baseline:
         """The names an error lists as choices (variants may be shown as one pattern)."""
         return self.names(collective)
 
-    def matches(self, name):
-        return name == self.family or name.startswith(self.family + ":")
-
     def in_all(self, name, args):
         """Whether ``--algo all`` runs ``name`` with these arguments (by default a baseline runs
         only when named)."""

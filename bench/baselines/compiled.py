@@ -19,7 +19,7 @@ import secrets
 import subprocess
 import sys
 
-from topology.ending import first_problem
+from plumbing.ending import first_problem
 
 FLAGS = ["-O2", "-shared", "-fPIC"]
 LIBMPI = re.compile(r"/libmpi(ch|_abi)?\.so[.\d]*$")  # MPICH's libmpi.so.12 (libmpich, libmpi_abi), Open MPI's .so.40

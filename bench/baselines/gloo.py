@@ -16,13 +16,18 @@ import socket
 
 import numpy as np
 
-from topology.ending import raise_together
+from plumbing.ending import raise_together
 
 from .base import Baseline, Unavailable
 
-#: NumPy dtypes gloo's all-reduce takes on CPU tensors.
-DTYPES = ("int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64")
 _OPS = {"sum": "SUM", "avg": "SUM", "prod": "PRODUCT", "max": "MAX", "min": "MIN"}
+
+
+def dtypes():
+    """NumPy's names of the dtypes gloo's all-reduce takes on CPU tensors, from the table of types
+    (imported here: nothing in this package may start MPI before the driver asks it to)."""
+    from algorithms.dtypes import TYPES
+    return tuple(t.name for t in TYPES if t.gloo)
 
 
 def problem():
@@ -62,8 +67,8 @@ class GlooBaseline(Baseline):
         return None
 
     def lacks(self, name, dtype):
-        if dtype.name not in DTYPES:
-            return f"gloo has no {dtype.name} all-reduce; it takes {', '.join(DTYPES)}"
+        if dtype.name not in dtypes():
+            return f"gloo has no {dtype.name} all-reduce; it takes {', '.join(dtypes())}"
         return None
 
     def start(self, comm, timeout_s=120):

@@ -121,7 +121,7 @@ class LibraryBaseline(Baseline):
         return name == self.family and (args.device == "cpu" or args.cuda_aware)
 
     def check(self, args, chosen):
-        told = [a for a in args.algos if a.startswith(PREFIX)]
+        told = [entry.name for entry in args.algos if entry.name.startswith(PREFIX)]
         if told and self.family in chosen:
             return (f"--algo {self.family} with {told[0]}: in this run MPI_Allreduce is {told[0]}; time "
                     f"{self.family} in a run of its own")

@@ -13,18 +13,18 @@ nccl-tuning``'s (:mod:`bench.tools.nccl_tuning`). Nothing here imports CuPy unle
 
 import os
 
-from topology.ending import raise_together
+from plumbing.ending import raise_together
 
 from .base import Baseline, Unavailable
 from .mpi import algo_entries
 
 PREFIX = "nccl:"
 #: the tuner CSV's algorithm names -> NCCL_ALGO's, in NCCL's order (NCCL_ALGO_TREE = 0 ...)
-ALGORITHMS = {"tree": "Tree", "ring": "Ring", "collnet_direct": "CollNetDirect", "collnet_chain": "CollNetChain",
+NCCL_ALGOS = {"tree": "Tree", "ring": "Ring", "collnet_direct": "CollNetDirect", "collnet_chain": "CollNetChain",
               "nvls": "NVLS", "nvls_tree": "NVLSTree", "pat": "PAT"}
 #: the tuner CSV's protocol names -> NCCL_PROTO's, in NCCL's order (NCCL_PROTO_LL = 0 ...)
 PROTOCOLS = {"ll": "LL", "ll128": "LL128", "simple": "Simple"}
-NAMES = tuple(f"{PREFIX}{a}/{p}" for a in ALGORITHMS for p in PROTOCOLS)
+NAMES = tuple(f"{PREFIX}{a}/{p}" for a in NCCL_ALGOS for p in PROTOCOLS)
 def split(name):
     """``(algorithm, protocol)`` of ``nccl:ALGO/PROTO``, or None when it is not one of :data:`NAMES`."""
     if name not in NAMES:
@@ -36,7 +36,7 @@ def split(name):
 def environment(name):
     """The variables that force ``nccl:ALGO/PROTO``."""
     algorithm, protocol = split(name)
-    return {"NCCL_ALGO": ALGORITHMS[algorithm], "NCCL_PROTO": PROTOCOLS[protocol]}
+    return {"NCCL_ALGO": NCCL_ALGOS[algorithm], "NCCL_PROTO": PROTOCOLS[protocol]}
 
 
 def environment_for(argv, env):
@@ -47,7 +47,7 @@ def environment_for(argv, env):
     unknown = [n for n in names if n not in NAMES]
     if unknown:
         return (f"unknown NCCL algorithm/protocol {', '.join(unknown)}: nccl:ALGO/PROTO with ALGO one of "
-                f"{', '.join(ALGORITHMS)} and PROTO one of {', '.join(PROTOCOLS)}")
+                f"{', '.join(NCCL_ALGOS)} and PROTO one of {', '.join(PROTOCOLS)}")
     if len(set(names)) > 1:
         return (f"one nccl:ALGO/PROTO per run ({', '.join(dict.fromkeys(names))} given): NCCL reads NCCL_ALGO and "
                 "NCCL_PROTO when its communicator is made")
@@ -63,7 +63,7 @@ class NcclBaseline(Baseline):
     per rank: ranks sharing a GPU cannot form an NCCL communicator."""
 
     family = "nccl"
-    help = (f"nccl (NCCL, --device gpu; nccl:ALGO/PROTO: NCCL told its algorithm ({','.join(ALGORITHMS)}) and "
+    help = (f"nccl (NCCL, --device gpu; nccl:ALGO/PROTO: NCCL told its algorithm ({','.join(NCCL_ALGOS)}) and "
             f"protocol ({','.join(PROTOCOLS)}), one pair per run)")
     _OPS = {"sum": "NCCL_SUM", "prod": "NCCL_PROD", "max": "NCCL_MAX", "min": "NCCL_MIN", "avg": "NCCL_AVG"}
     _TYPES = {"int8": "NCCL_INT8", "uint8": "NCCL_UINT8", "int32": "NCCL_INT32", "uint32": "NCCL_UINT32",

@@ -11,12 +11,10 @@ import numpy as np
 from mpi4py import MPI
 
 import algorithms
-from algorithms.plans import tree_for
+from algorithms.native import MPI_OPS
 
-from ..baselines import find
 from .check import check_expected, check_fill
 
-_MPI_OPS = {"sum": MPI.SUM, "avg": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
 
 
 class _Spec:
@@ -74,7 +72,7 @@ class AllReduce(_Spec):
 
     @classmethod
     def run_mpi(cls, comm, op):
-        mpi_op = _MPI_OPS[op]
+        mpi_op = MPI_OPS[op]
 
         def run(send, recv, check=False):
             comm.Allreduce(MPI.IN_PLACE if recv is send else send, recv, op=mpi_op)
@@ -85,7 +83,7 @@ class AllReduce(_Spec):
 class ReduceScatter(_Spec):
     name = "reducescatter"
     has_op = True
-    ours = ("ring",)
+    ours = tuple(name for name, algorithm in algorithms.ALGORITHMS.items() if algorithm.reduce_scatter)
 
     @staticmethod
     def factor(n):
@@ -124,7 +122,7 @@ class ReduceScatter(_Spec):
 
     @classmethod
     def run_mpi(cls, comm, op):
-        mpi_op = _MPI_OPS[op]
+        mpi_op = MPI_OPS[op]
 
         def run(send, recv, check=False):
             comm.Reduce_scatter_block(MPI.IN_PLACE if recv is send else send, recv, op=mpi_op)
@@ -135,7 +133,7 @@ class ReduceScatter(_Spec):
 class AllGather(_Spec):
     name = "allgather"
     has_op = False
-    ours = ("ring",)
+    ours = tuple(name for name, algorithm in algorithms.ALGORITHMS.items() if algorithm.all_gather)
     factor = ReduceScatter.factor  # (n-1)/n of the whole vector, as reduce-scatter
     counts = ReduceScatter.counts
 
@@ -185,31 +183,3 @@ def _average(result, op, size):
     if op == "avg" and size > 1:
         result /= size
     return result
-
-
-def lacking(name, dtype):
-    """Why ``--algo`` entry ``name`` cannot reduce ``dtype`` (one line), else None: a baseline's
-    own answer, or our algorithm's ``lacks`` attribute (``native``: MPI has no bfloat16 or fp8)."""
-    dtype = np.dtype(dtype)
-    baseline = find(name)
-    if baseline is not None:
-        return baseline.lacks(name, dtype)
-    lacks = getattr(algorithms.ALGORITHMS.get(name), "lacks", None)
-    return lacks(dtype) if lacks is not None else None
-
-
-def needs_topology(name):
-    """True for algorithms that cannot run without a bandwidth matrix (bamtree, kmtree, bamring,
-    hier across a BAM tree)."""
-    return name in algorithms.ALGORITHMS and algorithms.needs_bandwidth(name)
-
-
-def our_runner(spec, name, comm, op, topology=None):
-    """``run(send, recv, check=False) -> result`` for our algorithm ``name`` of collective ``spec``;
-    the tree algorithms' trees built from ``topology`` (or binomial) once, here; the others that
-    need or accept a bandwidth matrix given ``topology``."""
-    method = getattr(algorithms.ALGORITHMS.get(name), "tree_method", None)
-    if method:
-        return spec.run_ours(name, comm, op, tree=tree_for(method, comm.size, bandwidth=topology, name=name))
-    uses = needs_topology(name) or getattr(algorithms.ALGORITHMS.get(name), "accepts_bandwidth", False)
-    return spec.run_ours(name, comm, op, bandwidth=topology if uses else None)

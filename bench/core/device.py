@@ -5,7 +5,7 @@ NCCL, the GPU baseline, is :mod:`bench.baselines.nccl`.
 
 from mpi4py import MPI
 
-from topology.ending import raise_together
+from plumbing.ending import raise_together
 
 
 class Unavailable(RuntimeError):

@@ -4,15 +4,18 @@ import os
 import platform
 import socket
 import subprocess
+import sys
 
 import numpy
 from mpi4py import MPI
 
 from algorithms.ops import kernels
 from algorithms.transports.pages import thp_mode
-from topology.ending import thread_level_name
+from plumbing.ending import thread_level_name
+from plumbing.shm import free_bytes, mib, total_bytes
 from topology.probe import node_numbers
-from topology.shm import free_bytes, mib, total_bytes
+
+from ..formats.results import now
 
 
 def relevant_env():
@@ -70,19 +73,56 @@ def describe():
     }
 
 
-def oversubscription(comm):
-    """"R ranks on C cores of HOST" for the first node whose ranks outnumber the cores they may
-    run on (the union of their CPU affinities), else None; the same on every rank (collective).
-    Timings from such a node measure the operating system's scheduler, not the algorithms."""
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+def machine_id():
+    """This kernel's boot id: ranks in network namespaces of one host (the lab's nodes) share it,
+    and with it the host's cores, which their MPI counts as several nodes'."""
     try:
-        cores = set().union(*node.allgather(os.sched_getaffinity(0)))
-        ranks = node.Get_size()
-    finally:
-        node.Free()
-    found = comm.allgather(f"{ranks} ranks on {len(cores)} cores of {socket.gethostname()}"
-                           if ranks > len(cores) else None)
-    return next((text for text in found if text), None)
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return socket.gethostname()
+
+
+def crowding(comm, threads=1):
+    """(ranks, cores, host) of the first machine whose ranks, ``threads`` busy threads each,
+    outnumber the cores they may run on (the union of their CPU affinities; ranks in network
+    namespaces of one host count together: :func:`machine_id`), else None; the same on every
+    rank (collective). Timings from such a machine measure the operating system's scheduler."""
+    mine = (machine_id(), socket.gethostname(), tuple(sorted(os.sched_getaffinity(0))))
+    every = comm.allgather(mine)
+    for machine in dict.fromkeys(m for m, _, _ in every):
+        here = [(host, cores) for m, host, cores in every if m == machine]
+        cores = set().union(*(set(c) for _, c in here))
+        if len(here) * threads > len(cores):
+            return len(here), len(cores), here[0][0]
+    return None
+
+
+def oversubscription(comm):
+    """"R ranks on C cores of HOST" where some machine has more ranks than cores (:func:`crowding`),
+    else None (collective)."""
+    found = crowding(comm, 1)
+    return found and f"{found[0]} ranks on {found[1]} cores of {found[2]}"
+
+
+def results_header(tool, version=None, comm=None, argv=None, ranks=None):
+    """The header every results file a tool writes starts with: which ``benchmark`` (``tool``) of
+    which ``version`` wrote it, the ``command``, the ``date`` (:func:`now`), the ``machine``
+    (:func:`describe`: host, MPI library, its thread level, commit, settings), the ``ranks`` and
+    ``nodes``, and whether the ranks outnumbered the cores (``oversubscribed``: the
+    :func:`oversubscription` text, else None). Collective over ``comm`` where given; without it,
+    ``ranks`` processes on this machine (a tool that starts its own)."""
+    argv = sys.argv[1:] if argv is None else argv
+    header = {"benchmark": tool, "version": version, "command": " ".join(["python -m bench", *argv]),
+              "date": now(), "machine": describe()}
+    if comm is not None:
+        header.update(ranks=comm.Get_size(), nodes=len(set(node_numbers(comm))), oversubscribed=oversubscription(comm))
+    else:
+        cores = len(os.sched_getaffinity(0))
+        header.update(ranks=ranks, nodes=1, oversubscribed=(f"{ranks} ranks on {cores} cores of "
+                                                            f"{socket.gethostname()}" if ranks and ranks > cores
+                                                            else None))
+    return header
 
 
 def tuning_path(comm):

@@ -86,7 +86,7 @@ def check_memory(comm, need, what):
 
 
 def check_registered_room(comm, largest):
-    """``-R 1``: raise the same :class:`topology.shm.ShmTooSmall` on every rank
+    """``-R 1``: raise the same :class:`plumbing.shm.ShmTooSmall` on every rank
     when the registered vectors of the largest size (:data:`REGISTERED_COPIES` a rank, each
     ``largest`` bytes) would not fit the node's ``/dev/shm`` (collective)."""
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)

@@ -13,15 +13,18 @@ from mpi4py import MPI
 
 import algorithms
 from algorithms.hier import layout_of
-from algorithms.ops import LOW_PRECISION, is_floating
+from algorithms.dtypes import BY_NAME, TYPES
+from algorithms.ops import is_floating
 from algorithms.settings import agree_settings
 from topology import BandwidthMatrix
-from topology.ending import first_problem
+from plumbing.ending import first_problem
+from plumbing.launcher import launched
 
-from ..baselines import BASELINES, find
-from ..tools import TOOLS
-from .collectives import COLLECTIVES, lacking
-from .sizes import parse_size, sweep
+from ..baselines import BASELINES
+from .cli import Parser, add_size_flags, size_type
+from .collectives import COLLECTIVES
+from .entries import entries, shown
+from .sizes import sweep
 from .timing import AGGREGATIONS
 
 PROG = "python -m bench"
@@ -37,12 +40,6 @@ def default_rounds():
     if not text.isdigit() or int(text) < 1:
         raise ValueError(f"{ROUNDS_VARIABLE}={text!r}: the default of --rounds must be a positive integer")
     return int(text)
-
-ALIASES = {"float": "float32", "double": "float64", "half": "float16", "int": "int32",
-           "char": "int8", "uint": "uint32", "bf16": "bfloat16", "f8e4m3": "float8_e4m3fn",
-           "f8e5m2": "float8_e5m2"}
-#: the short names nccl-tests gives, shown in -d's choices
-SHORT_NAMES = "float, double, half, bfloat16, bf16, f8e4m3, f8e5m2, int, char, uint"
 
 DESCRIPTION = """\
 An nccl-tests-style sweep of every all-reduce algorithm, run under mpiexec:
@@ -63,14 +60,6 @@ settings or files (found before the first size); 3 for a -T timeout; 130 or 143 
 interrupted by SIGINT or SIGTERM."""
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message):
-        """One clear line on rank 0, exit 2 on every rank (all ranks parse the same argv)."""
-        if MPI.COMM_WORLD.Get_rank() == 0:
-            self.exit(2, f"{self.prog}: error: {message}\n")
-        raise SystemExit(2)
-
-
 class Formatter(argparse.RawDescriptionHelpFormatter):
     """The description and epilog as written; each flag's default after its help."""
 
@@ -82,26 +71,12 @@ class Formatter(argparse.RawDescriptionHelpFormatter):
         return text
 
 
-def _size(text):
-    """-b/-e/-i: a byte count with an optional K, M or G suffix (powers of 1024)."""
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def build_parser():
-    p = Parser(prog=PROG, description=DESCRIPTION, formatter_class=Formatter,
-               epilog="Subcommands (python -m bench NAME --help):\n"
-                      + "\n".join(f"  {name:11s} {tool.help}" for name, tool in TOOLS.items()))
+def build_parser(epilog=""):
+    """The sweep's parser; ``epilog`` follows the flags (``python -m bench`` lists its tools there)."""
+    p = Parser(prog=PROG, description=DESCRIPTION, formatter_class=Formatter, epilog=epilog)
     sizes = p.add_argument_group("sizes and iterations (as nccl-tests)")
-    sizes.add_argument("-b", "--minbytes", type=_size, default="32M", metavar="BYTES",
-                       help="smallest message size in bytes, K/M/G suffixes")
-    sizes.add_argument("-e", "--maxbytes", type=_size, default="32M", metavar="BYTES",
-                       help="largest message size in bytes, K/M/G suffixes")
-    sizes.add_argument("-f", "--stepfactor", type=int, default=2, metavar="F",
-                       help="each size is F times the one before (used when -i is 0)")
-    sizes.add_argument("-i", "--stepbytes", type=_size, default=0, metavar="BYTES",
+    add_size_flags(p, "32M", "32M", 2, group=sizes, step_note=" (used when -i is 0)")
+    sizes.add_argument("-i", "--stepbytes", type=size_type, default=0, metavar="BYTES",
                        help="add this many bytes from one size to the next instead of -f")
     sizes.add_argument("-n", "--iters", type=int, default=20, help="timed iterations per size")
     sizes.add_argument("-m", "--agg_iters", type=int, default=1,
@@ -115,10 +90,10 @@ def build_parser():
     what.add_argument("-o", "--op", default="sum", choices=[*algorithms.OPS, "all"],
                       help="reduction op, or all")
     what.add_argument("-d", "--datatype", default="float",
-                      help="float, double, half, bfloat16 (bf16), f8e4m3, f8e5m2, int, char, uint, int8..uint64, "
-                           "float16..float64, float8_e4m3fn, float8_e5m2, or all (--device gpu: every type CuPy "
-                           "has, which are not bfloat16 and fp8); bfloat16 and fp8 reduce in their own arithmetic "
-                           "(each result rounded to the type), on inputs whose every partial sum the type holds")
+                      help=f"{type_choices()}, or all (--device gpu: every type CuPy has, which are not "
+                           f"{', '.join(t.nccl for t in TYPES if not t.gpu)}); bfloat16 and fp8 reduce in their own "
+                           "arithmetic (each result rounded to the type), on inputs whose every partial sum the type "
+                           "holds")
     what.add_argument("-r", "--root", type=int, default=0,
                       help="root rank of rooted collectives; these three are rootless, so the root "
                            "column prints -1, as nccl-tests prints it for them")
@@ -131,7 +106,7 @@ def build_parser():
                       help="bandwidth matrix for bamtree, kmtree and bamring (from python -m topology probe -o "
                            "FILE); without it the driver probes first and saves the matrix beside the log; with "
                            "it, the summary gives each all-reduce's time over the lower bound on its links")
-    what.add_argument("--probe-bytes", type=_size, default="4M", metavar="BYTES",
+    what.add_argument("--probe-bytes", type=size_type, default="4M", metavar="BYTES",
                       help="message size of that probe, K/M/G suffixes")
     how = p.add_argument_group("how it is measured (as nccl-tests)")
     how.add_argument("-c", "--check", type=int, default=1, metavar="N",
@@ -226,8 +201,8 @@ NOT_APPLICABLE = [
 ]
 
 
-def parse_args(argv):
-    p = build_parser()
+def parse_args(argv, epilog=""):
+    p = build_parser(epilog)
     args = p.parse_args(argv)
     comm = MPI.COMM_WORLD
     for flag, attribute, allowed, reason in NOT_APPLICABLE:
@@ -252,54 +227,52 @@ def parse_args(argv):
         args.rounds = mine
 
     spec = COLLECTIVES[args.collective]
-    known = algorithm_names(spec)
+    known = entries(spec)
     if args.local_register and args.device != "cpu":
         p.error("-R 1 needs --device cpu: registered vectors are host memory")
-    wanted = ALIASES.get(args.datatype, args.datatype)
-    if args.device == "gpu" and wanted in {dt.name for dt in LOW_PRECISION}:
-        p.error(f"-d {args.datatype} needs --device cpu: CuPy has no {wanted} arrays, so the GPU path cannot "
+    wanted = BY_NAME.get(args.datatype)
+    if args.device == "gpu" and wanted is not None and not wanted.gpu:
+        p.error(f"-d {args.datatype} needs --device cpu: CuPy has no {wanted.name} arrays, so the GPU path cannot "
                 "hold them (a GPU run has yet to verify one)")
     if args.device == "gpu":
         problem = first_problem(comm, gpu_problem())
         if problem:
             p.error(problem)
     args.cuda_aware = args.device != "gpu" or algorithms.mpi_is_cuda_aware()
-    if args.algo == "all":  # ours but those run by name only, and the baselines that say they can run here
-        args.algos = [a for a in known if in_all(a, args)]
-    else:
-        args.algos = [a for a in args.algo.split(",") if a]
-    unknown = [a for a in args.algos if a not in known]
+    names = [a for a in args.algo.split(",") if a]
+    unknown = [a for a in names if a not in known and args.algo != "all"]
     if unknown:
-        shown = [*spec.ours, *(n for b in BASELINES for n in b.shown(spec.name))]
-        p.error(f"unknown --algo {','.join(unknown)} for {spec.name}; choices: {','.join(shown)},all")
+        p.error(f"unknown --algo {','.join(unknown)} for {spec.name}; choices: {','.join(shown(spec))},all")
+    if args.algo == "all":  # ours but those run by name only, and the baselines that say they can run here
+        args.algos = [entry for entry in known.values() if entry.in_all(args)]
+    else:  # each name resolved here, once
+        args.algos = [known[name] for name in names]
     if args.topology:
         try:
             args.topology = shared_topology(comm, args.topology)
         except ValueError as exc:
             p.error(f"--topology: {exc}")
     args.hier = None
-    if "hier" in args.algos:  # its node layout, built now (collective): a bad ALLREDUCE_NODE_MAP is exit 2
+    if "hier" in [entry.name for entry in args.algos]:  # its node layout, built now (collective): a bad ALLREDUCE_NODE_MAP is exit 2
         try:
             args.hier = layout_of(comm).describe()
         except ValueError as exc:  # the same on every rank: the map is agreed on
             p.error(str(exc))
-    names = [dt.name for dt in algorithms.DTYPES]
-    low = {dt.name for dt in LOW_PRECISION}
     if args.datatype == "all":
-        args.dtypes = [n for n in names if args.device == "cpu" or n not in low]
-    elif ALIASES.get(args.datatype, args.datatype) in names:
-        args.dtypes = [ALIASES.get(args.datatype, args.datatype)]
+        args.dtypes = [t.name for t in TYPES if args.device == "cpu" or t.gpu]
+    elif wanted is not None:
+        args.dtypes = [wanted.name]
     else:
-        p.error(f"unknown -d {args.datatype}; choices: {', '.join(names)}, {SHORT_NAMES}, all")
+        p.error(f"unknown -d {args.datatype}; choices: {type_choices()}, all")
     for baseline in BASELINES:
-        problem = baseline.check(args, [a for a in args.algos if baseline.matches(a)])
+        problem = baseline.check(args, [entry.name for entry in args.algos if entry.baseline is baseline])
         if problem:
             p.error(problem)
     named = [] if args.algo == "all" else args.algos
-    for algo in named:  # named alone for types it has none of: nothing to measure
-        reasons = [lacking(algo, dtype) for dtype in args.dtypes]
+    for entry in named:  # named alone for types it has none of: nothing to measure
+        reasons = [entry.lacks(dtype) for dtype in args.dtypes]
         if all(reasons):
-            p.error(f"--algo {algo}: {reasons[0]}")
+            p.error(f"--algo {entry.name}: {reasons[0]}")
     args.ops = (list(algorithms.OPS) if args.op == "all" else [args.op]) if spec.has_op else ["none"]
     if not any(runs(dtype, op) for dtype in args.dtypes for op in args.ops):
         p.error(f"-o {args.op} -d {args.datatype} leaves nothing to measure: avg is defined for "
@@ -330,9 +303,16 @@ def parse_args(argv):
     return args
 
 
+def type_choices():
+    """Every name -d takes, from the table of types: nccl-tests' name of each, its aliases in
+    brackets, then NumPy's names of those whose nccl-tests name differs."""
+    shown = [t.nccl + (f" ({', '.join(t.aliases)})" if t.aliases else "") for t in TYPES]
+    return ", ".join(shown + [t.name for t in TYPES if t.name != t.nccl])
+
+
 def algo_help():
     """--algo's help: ours, from the registry (and auto), then each baseline's own line."""
-    ours = [a for a, run in algorithms.ALGORITHMS.items() if not getattr(run, "by_name_only", False)]
+    ours = [name for name, algorithm in algorithms.ALGORITHMS.items() if algorithm.in_all]
     return (f"comma list of {','.join(ours)}, auto (per size, from the tuning table in ALLREDUCE_TUNING_FILE, else "
             "the model), native (MPI_Allreduce through our entry point) and the baselines "
             + ", ".join(b.help for b in BASELINES)
@@ -341,20 +321,6 @@ def algo_help():
             "--topology, or from a probe the driver runs first when it is not given; hier (hierarchical: within "
             "nodes, then across) takes its nodes from ALLREDUCE_NODE_MAP or shared memory, and with "
             "ALLREDUCE_HIER_ACROSS=bamtree its tree across nodes from --topology too")
-
-
-def algorithm_names(spec):
-    """Every name ``--algo`` takes for collective ``spec``: ours, then each baseline's."""
-    return [*spec.ours, *(name for baseline in BASELINES for name in baseline.names(spec.name))]
-
-
-def in_all(name, args):
-    """Whether ``--algo all`` runs ``name``: ours but those run by name only (auto, native), and
-    each baseline's that it says can run with these arguments."""
-    baseline = find(name)
-    if baseline is not None:
-        return baseline.in_all(name, args)
-    return not getattr(algorithms.ALGORITHMS[name], "by_name_only", False)
 
 
 def runs(dtype, op):
@@ -392,5 +358,4 @@ def shared_topology(comm, path):
 
 def launched_alone():
     """True when this process runs as one rank without a launcher (plain ``python -m bench``)."""
-    launcher = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_STEP_ID", "MPI_LOCALRANKID")
-    return MPI.COMM_WORLD.Get_size() == 1 and not any(name in os.environ for name in launcher)
+    return MPI.COMM_WORLD.Get_size() == 1 and not launched()

@@ -1,6 +1,6 @@
 """Message sizes as nccl-tests takes them: ``-b 8 -e 128M -f 2`` (K/M/G are powers of 1024)."""
 
-from topology.units import parse_size
+from plumbing.units import parse_size
 
 __all__ = ["parse_size", "sweep"]
 

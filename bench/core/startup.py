@@ -5,8 +5,8 @@ and exit 2 on every rank, never a traceback or a hang."""
 
 from algorithms.auto import load_table
 from algorithms.settings import agree_settings, setting
-from topology.ending import fail_together
-from topology.files import cannot_write, check_writable
+from plumbing.ending import fail_together
+from plumbing.files import cannot_write, check_writable
 
 
 def tuning_problem():

@@ -24,18 +24,19 @@ from mpi4py import MPI
 
 import algorithms
 from algorithms.arrays import array_module
+from algorithms.dtypes import nccl_name
 from algorithms.ops import kernels_text
-from topology.ending import end_job, fail_together, uncut
+from plumbing.ending import end_job, fail_together, uncut
 from topology.model import LowerBound, Network
 from topology.probe import probe
-from topology.shm import ShmTooSmall
+from plumbing.shm import ShmTooSmall
 
-from ..baselines import BASELINES, find
+from ..baselines import BASELINES
 from ..formats import stats, summary
-from ..formats.report import TIMESTAMP_FORMAT, TYPE_NAMES, bandwidths, columns, footer, row
-from ..formats.results import ResultsWriter, bool_text
+from ..formats.report import TIMESTAMP_FORMAT, bandwidths, columns, footer, row
+from ..formats.results import ResultsWriter, bool_text, now
 from .check import wrong_elements
-from .collectives import COLLECTIVES, lacking, needs_topology, our_runner
+from .collectives import COLLECTIVES
 from .device import select_device
 from .machine import describe, oversubscription
 from .memory import bytes_needed, check_memory, check_registered_room, reset_peak, resident_bytes, usage_line
@@ -56,7 +57,7 @@ TIMEOUT_EXIT = 3
 
 class Watchdog:
     """``-T``: end every rank (exit 3) when one size (every algorithm's rounds of it) runs longer
-    than ``seconds`` (a hang, say), through :func:`topology.ending.end_job`: rank 0's line is
+    than ``seconds`` (a hang, say), through :func:`plumbing.ending.end_job`: rank 0's line is
     the one printed, naming what ran when time ran out (:meth:`doing`)."""
 
     def __init__(self, seconds):
@@ -184,9 +185,10 @@ class Tables:
             self.lines[algo], self.wrong[algo], self.busbws[algo] = [], 0, []
 
 
-def main(argv=None):
+def main(argv=None, epilog=""):
+    """The sweep of ``argv``; ``epilog`` ends its ``--help`` (``python -m bench`` lists its tools there)."""
     argv = sys.argv[1:] if argv is None else argv
-    args = parse_args(argv)
+    args = parse_args(argv, epilog)
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     spec = COLLECTIVES[args.collective]
@@ -201,7 +203,7 @@ def main(argv=None):
         if args.device == "gpu":
             xp, device, _ = select_device(comm)
         for baseline in BASELINES:
-            if any(baseline.matches(a) for a in args.algos):
+            if any(entry.baseline is baseline for entry in args.algos):
                 baseline.start(comm)
                 started.append(baseline)
     except RuntimeError as exc:  # raised on every rank alike (device.Unavailable, baselines.Unavailable)
@@ -209,9 +211,9 @@ def main(argv=None):
             sys.stderr.write(f"{PROG}: {exc}\n")
         return 2
     try:
-        if all(skip_reason(a) for a in args.algos):  # nothing left to measure: said as a refusal
+        if all(entry.skips() for entry in args.algos):  # nothing left to measure: said as a refusal
             if rank == 0:
-                sys.stderr.write(f"{PROG}: --algo {args.algos[0]}: {skip_reason(args.algos[0])}\n")
+                sys.stderr.write(f"{PROG}: --algo {args.algos[0].name}: {args.algos[0].skips()}\n")
             return 2
         return _sweep(comm, args, argv, spec, say, crowded, xp, device)
     finally:
@@ -237,7 +239,7 @@ def _sweep(comm, args, argv, spec, say, crowded, xp, device):
             check_registered_room(comm, largest)
     except (ValueError, ShmTooSmall) as exc:
         problem = str(exc)
-    if problem is None and "auto" in args.algos and rank == 0:
+    if problem is None and any(entry.name == "auto" for entry in args.algos) and rank == 0:
         problem = tuning_problem()
     if fail_together(comm, PROG, problem):
         return 2
@@ -258,21 +260,21 @@ def _sweep(comm, args, argv, spec, say, crowded, xp, device):
     if writer is not None and log != "none":
         say(f"# Writing every row to {log} as it finishes")
 
-    if args.topology is None and any(needs_topology(a) for a in args.algos):
+    if args.topology is None and any(entry.needs_topology for entry in args.algos):
         args.topology = probe_first(comm, args, os.path.dirname(log) if rank == 0 and log != "none" else None)
 
     watchdog, progress = Watchdog(args.timeout), Progress(rank == 0 and not args.quiet)
     before = resident_bytes()
     algos = []
-    for algo in args.algos:
-        reason = skip_reason(algo)
+    for entry in args.algos:
+        reason = entry.skips()
         if reason:  # the others run
-            say(f"# {algo} skips: {reason}", flush=True)
+            say(f"# {entry.name} skips: {reason}", flush=True)
         else:
-            algos.append(algo)
-    transports = {algo: transport_of(algo, comm, xp) for algo in algos}  # collective, in order
-    heads = {algo: header_lines(comm, args, algo, devices, transports[algo], crowded) if rank == 0 else ""
-             for algo in algos}
+            algos.append(entry)
+    transports = {entry.name: entry.transport(comm, xp) for entry in algos}  # collective, in order
+    heads = {e.name: header_lines(comm, args, e.name, devices, transports[e.name], crowded) if rank == 0 else ""
+             for e in algos}
     if len(algos) > 1:
         say(f"# {len(algos)} algorithms take turns in {args.rounds} rounds of every size; their tables follow "
             + ("each cycle" if args.run_cycles == 0 else "when the sweep ends"), flush=True)
@@ -282,20 +284,20 @@ def _sweep(comm, args, argv, spec, say, crowded, xp, device):
     try:
         for dtype in args.dtypes:
             here = []
-            for algo in algos:
-                reason = lacking(algo, dtype)
+            for entry in algos:
+                reason = entry.lacks(dtype)
                 if reason:  # it runs the other types of -d all
-                    tables.add(algo, f"# {algo} skips -d {TYPE_NAMES.get(dtype, dtype)}: {reason}")
+                    tables.add(entry.name, f"# {entry.name} skips -d {nccl_name(dtype)}: {reason}")
                 else:
-                    here.append(algo)
+                    here.append(entry)
             for op in args.ops:
                 if not here or not runs(dtype, op):
                     continue
-                runners = {algo: make_runner(spec, algo, comm, op, args.topology) for algo in here}
+                runners = {entry.name: entry.runner(spec, comm, op, args.topology) for entry in here}
                 cycles = itertools.count(1) if args.run_cycles == 0 else range(1, args.run_cycles + 1)
                 for cycle in cycles:
                     for number, nbytes in enumerate(args.sizes, 1):
-                        watchdog.arm(f"{here[0]} {dtype} {op} {nbytes} B")
+                        watchdog.arm(f"{here[0].name} {dtype} {op} {nbytes} B")
                         records = measure(comm, args, spec, runners, xp, dtype, op, nbytes, watchdog)
                         watchdog.disarm()
                         for record in records.values():
@@ -304,7 +306,7 @@ def _sweep(comm, args, argv, spec, say, crowded, xp, device):
                         if rank == 0:
                             save_size(tables, writer, records, transports, spec, cycle)
                             for algo, record in records.items():
-                                label = (f"{algo} {TYPE_NAMES.get(dtype, dtype)} {op}"
+                                label = (f"{algo} {nccl_name(dtype)} {op}"
                                          + (f" cycle {cycle}" if args.run_cycles != 1 else ""))
                                 progress.done(label, number, len(args.sizes), nbytes,
                                               record["out_of_place"]["bus_bw"])
@@ -330,7 +332,7 @@ def _sweep(comm, args, argv, spec, say, crowded, xp, device):
 
 def save_size(tables, writer, records, transports, spec, cycle):
     """One finished size on rank 0: every algorithm's row into its table, the log and ``-J``,
-    all inside :func:`topology.ending.uncut` (so the files agree however the job ends)."""
+    all inside :func:`plumbing.ending.uncut` (so the files agree however the job ends)."""
     with uncut():
         for algo, record in records.items():
             tables.add(algo, record.pop("text"), record.pop("nwrong_total"),
@@ -356,7 +358,7 @@ def open_results(args, argv, devices, size, spec, log, crowded):
     run_info = {**describe(), "ranks": size, "hosts": sorted({d["hostname"] for d in devices}),
                 "collective": spec.name, "device": args.device,
                 "aggregation": AGGREGATIONS[args.average], "malloc": malloc_mode(),
-                "command": " ".join(["python -m bench", *argv])}
+                "command": " ".join(["python -m bench", *argv]), "date": now()}
     return ResultsWriter(args.output_file, log, ["python -m bench", *argv], config, run_info)
 
 
@@ -366,24 +368,6 @@ def hier_text(layout):
     count = max(nodes) + 1
     return (f"{count} node{'s' if count != 1 else ''} ({','.join(map(str, nodes))}, from {layout['source']}), "
             f"{layout['across']} across")
-
-
-def transport_of(algo, comm, xp):
-    """What carries ``algo``'s messages, for its header (collective: every rank calls it)."""
-    baseline = find(algo)
-    return baseline.transport(algo, xp) if baseline else algorithms.transport_in_use(xp, comm, algo)
-
-
-def skip_reason(name):
-    """Why ``--algo`` entry ``name`` cannot run after all (its baseline's word once started), else None."""
-    baseline = find(name)
-    return baseline.skips(name) if baseline else None
-
-
-def make_runner(spec, name, comm, op, topology=None):
-    """``run(send, recv, check=False) -> result`` for ``--algo`` entry ``name`` of collective ``spec``."""
-    baseline = find(name)
-    return baseline.runner(spec, name, comm, op) if baseline else our_runner(spec, name, comm, op, topology)
 
 
 def probe_first(comm, args, folder):
@@ -464,7 +448,7 @@ def record_of(comm, args, spec, dtype, op, total, count, rounds, places, per_ite
     SC'15), with its 95% interval and every round's time; the table row on rank 0."""
     size, rank = comm.Get_size(), comm.Get_rank()
     actual_bytes = total * np.dtype(dtype).itemsize
-    record = {"size": int(actual_bytes), "count": int(count), "type": TYPE_NAMES.get(dtype, dtype),
+    record = {"size": int(actual_bytes), "count": int(count), "type": nccl_name(dtype),
               "redop": op, "root": f"{-1:6d}", "actual_iterations": args.iters, "rounds": args.rounds,
               "round_positions": places}
     results, per_iter = [], []

@@ -8,6 +8,8 @@ nccl-tests (SuperBench's, for one) read it unchanged.
 
 import math
 
+from algorithms.dtypes import nccl_name
+
 TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S"  # -S, as nccl-tests writes it
 
 
@@ -28,15 +30,6 @@ def columns(per_iteration=False, cputime=False, timestamps=False):
         lead % ("", "", "", "", "") + over,
         lead % ("size", "count", "type", "redop", "root") + (fields * 2) % tuple(names * 2) + " %*s" % (pad, label),
         lead % ("(B)", "(elements)", "", "", "") + (fields * 2) % tuple(units * 2) + " %*s" % (pad, form)])
-
-
-#: nccl-tests' names for element types.
-TYPE_NAMES = {
-    "int8": "int8", "uint8": "uint8", "int32": "int32", "uint32": "uint32",
-    "int64": "int64", "uint64": "uint64", "float16": "half", "float32": "float",
-    "float64": "double", "int16": "int16", "uint16": "uint16", "bfloat16": "bfloat16",
-    "float8_e4m3fn": "f8e4m3", "float8_e5m2": "f8e5m2",
-}
 
 
 def bandwidths(nbytes, seconds, factor):
@@ -70,7 +63,7 @@ def row(size, count, dtype, op, root, results, per_iteration=None, timestamp=Non
     ``per_iteration`` (with ``-I 1``) the matching [stats dict] whose i_min, i_max, i_p99 and
     i_cv% follow each placement's #wrong; ``timestamp`` (``-S 1``) ends the row, as nccl-tests'
     ``%21s``."""
-    text = f"{size:12d}  {count:12d}  {TYPE_NAMES.get(dtype, dtype):>8s}  {op:>6s}  {root:6d}"
+    text = f"{size:12d}  {count:12d}  {nccl_name(dtype):>8s}  {op:>6s}  {root:6d}"
     for k, (seconds, algbw, busbw, wrong) in enumerate(results):
         wrong_text = "N/A" if wrong is None else f"{wrong:g}"
         text += f"  {time_text(seconds * 1e6)}  {algbw:6.2f}  {busbw:6.2f}  {wrong_text:>6s}"

@@ -23,7 +23,7 @@ import datetime
 import json
 import os
 
-from topology.files import cannot_write, write_json_atomically
+from plumbing.files import cannot_write, write_json_atomically
 
 from . import summary
 
@@ -31,6 +31,14 @@ JSON_VERSION = 3  # nccl-tests' JSON_FILE_VERSION
 
 
 def now():
+    """The date and time in the one style of every results file the suite writes: ISO 8601, UTC,
+    to the second (``2026-12-05T06:01:02+00:00``)."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def nccl_time():
+    """The local time as nccl-tests writes its JSON's ``start_time`` and ``end_time``
+    (``2026-12-05 06:01:02``), which its parsers read; the ``-J`` document keeps it there."""
     return datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
 
 
@@ -53,7 +61,7 @@ class ResultsWriter:
         self.rows = []
         self.document = {
             "version": JSON_VERSION,
-            "start_time": now(),
+            "start_time": nccl_time(),
             "args": list(argv),
             "config": config,
             "allreduce_bench": {**run_info, "complete": False},
@@ -115,7 +123,7 @@ class ResultsWriter:
             "summaries": {name: {"out_of_bounds": s["out_of_bounds"], "average_bus_bandwidth": _mean(s["busbw"])}
                           for name, s in summaries.items()},
             "summary_by_size": summary.by_size(self.rows),
-            "end_time": now(),
+            "end_time": nccl_time(),
         }
         write_json_atomically(self.json_path, document)
 

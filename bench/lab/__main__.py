@@ -31,7 +31,8 @@ mpi4py.rc.finalize = False
 import numpy as np  # noqa: E402
 
 from topology import random_heterogeneous, seed_example, two_level, uniform  # noqa: E402
-from topology.units import parse_size  # noqa: E402
+from plumbing.cli import Parser
+from plumbing.units import parse_size  # noqa: E402
 
 from . import experiments, network  # noqa: E402
 
@@ -126,7 +127,7 @@ def _raise_on_signals():
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m bench.lab", description=__doc__.splitlines()[0])
+    p = Parser(prog="python -m bench.lab", description=__doc__.splitlines()[0])
     p.add_argument("--tag", default=network.DEFAULT_TAG,
                    help=f"prefix of the namespaces, links and state file the lab creates (default {network.DEFAULT_TAG})")
     p.add_argument("--owner", default=os.environ.get("ALLREDUCE_LAB_OWNER"),

@@ -30,7 +30,7 @@ import numpy as np
 from algorithms.costs import cost_model
 from algorithms.settings import setting
 from topology import BandwidthMatrix, build_tree, random_heterogeneous, seed_example
-from topology.files import write_json_atomically, write_text_atomically
+from plumbing.files import save_figure_atomically, write_json_atomically, write_text_atomically
 from topology.probe import PERCENTILE
 from topology.report import findings, heatmap, not_judged_text, oversubscribed
 from topology.rings import ring_bottleneck
@@ -469,10 +469,8 @@ def plot(records, path):
         ax.set_title(f"{rec['name']}: {rec['ranks']} ranks on {rec['nodes']} namespaces")
         ax.legend(fontsize=8)
     fig.tight_layout()
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=100)
+    save_figure_atomically(fig, path, dpi=100)
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def run_all(out, tag, only=None, sizes=None, owner=None, probe_bytes=PROBE_BYTES, iters=None):

@@ -1,7 +1,7 @@
 """``python -m bench NAME ...``: the tools beside the sweep, one module each, listed once here.
 
-:data:`TOOLS` is read by ``bench/__main__.py``, which runs them, and by the sweep's ``--help``,
-which lists them. A new tool is one module with a ``main(argv)`` and one entry here. Nothing
+:data:`TOOLS` is read by ``bench/__main__.py``, which runs them and hands the sweep their
+:func:`listing` for its ``--help``. A new tool is one module with a ``main(argv)`` and one entry here. Nothing
 here imports a tool: each is imported when it runs.
 
 Each tool runs MPI at the thread level ``MPI_Init`` gives a C program, ``MPI_THREAD_SINGLE``,
@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from topology.ending import THREAD_LEVEL
+from plumbing.ending import THREAD_LEVEL
 
 
 def single(argv):
@@ -64,3 +64,9 @@ TOOLS = {
                       "bandwidth and NCCL (bench/gpu_check.sh runs it)", False),
     "lab": Tool("bench.lab.__main__", "the network lab: namespaces with shaped links on one machine (root)", False),
 }
+
+
+def listing():
+    """The tools, a line each, for the end of ``python -m bench --help``."""
+    return "Subcommands (python -m bench NAME --help):\n" + "\n".join(
+        f"  {name:11s} {tool.help}" for name, tool in TOOLS.items())

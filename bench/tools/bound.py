@@ -12,8 +12,6 @@ copy between the processes is CMA (``process_vm_readv``), as MPICH's. Writes
 ``results/ring-bound-cpu.json`` and ``.md`` atomically.
 """
 
-import argparse
-import datetime
 import os
 import platform
 import shutil
@@ -22,9 +20,10 @@ import subprocess
 import sys
 import tempfile
 
-from topology.files import write_json_atomically, write_text_atomically
+from plumbing.files import write_json_atomically, write_text_atomically
 
-from ..core.machine import describe
+from ..core.machine import results_header
+from ..core.cli import Parser, add_size_flags
 from ..core.sizes import parse_size, sweep
 
 SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "probes", "ring_bound.c")
@@ -128,12 +127,8 @@ def markdown(data):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m bench bound", description=__doc__.splitlines()[0])
-    p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("16M"),
-                   help="smallest vector, in bytes; K, M, G are powers of 1024 (default 16M)")
-    p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("256M"),
-                   help="largest vector, in bytes; K, M, G are powers of 1024 (default 256M)")
-    p.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplier between sizes (default 2)")
+    p = Parser(prog="python -m bench bound", description=__doc__.splitlines()[0])
+    add_size_flags(p, "16M", "256M", 2, what="vector")
     p.add_argument("--piece", type=parse_size, default=parse_size("256K"),
                    help="bytes reduced at a time, a multiple of 64 that divides half of every size (default 256K)")
     p.add_argument("--repeats", type=int, default=9, help="repetitions per size, 1 to 101 (default 9)")
@@ -156,8 +151,8 @@ def main(argv=None):
     except (ProbeError, subprocess.TimeoutExpired) as e:
         print(f"bench bound: {e}", file=sys.stderr)
         return 1
-    data = {"benchmark": "ring-bound-cpu", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "machine": describe(), "ranks": 2, "compiler": cc, "flags": FLAGS, "piece_bytes": args.piece,
+    data = {**results_header("ring-bound-cpu", None, argv=["bound", *(sys.argv[1:] if argv is None else argv)],
+                             ranks=2), "compiler": cc, "flags": FLAGS, "piece_bytes": args.piece,
             "repeats": args.repeats, "variants": VARIANTS, "rows": rows}
     write_json_atomically(args.output + ".json", data)
     text = markdown(data)

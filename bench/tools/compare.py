@@ -15,6 +15,8 @@ import argparse
 import os
 import sys
 
+from plumbing.cli import Parser
+
 from ..formats.logs import LogError, read_log
 from ..formats.results import placement_time, read_results
 from ..formats.tables import comment, description, epilog, ratio_text, significant, size_label, table
@@ -133,7 +135,7 @@ def render(rows, placement="out_of_place", reference=None, vendors=()):
 
 
 def main(argv):
-    p = argparse.ArgumentParser(prog="python -m bench compare", description=description(__doc__),
+    p = Parser(prog="python -m bench compare", description=description(__doc__),
                                 epilog=epilog(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("files", nargs="+", metavar="FILE",
                    help="nccl-tests logs, our text tables, -J documents or JSON-lines logs")

@@ -17,8 +17,6 @@ transport, against the device's own copy bandwidth.
 direct), so the check itself is tested on machines without a GPU.
 """
 
-import argparse
-import datetime
 import json
 import os
 import sys
@@ -28,10 +26,10 @@ from mpi4py import MPI
 
 import algorithms
 from algorithms.arrays import stream_synchronize
-from algorithms.ops import LOW_PRECISION
 from algorithms.settings import size_text
-from topology.ending import run_together
-from topology.files import write_json_atomically, write_text_atomically
+from plumbing.cli import Parser
+from plumbing.ending import run_together
+from plumbing.files import write_json_atomically, write_text_atomically
 from topology.probe import probe
 
 from ..baselines.base import Unavailable as BaselineUnavailable
@@ -39,21 +37,21 @@ from ..baselines.nccl import NcclBaseline
 from ..core.check import check_expected, check_fill, wrong_elements
 from ..core.collectives import AllReduce
 from ..core.device import Unavailable, select_device
-from ..core.machine import describe
+from ..core.machine import results_header
 from ..core.sizes import parse_size, sweep
 from ..core.startup import refused
 from ..core.timing import time_calls
 from ..formats.report import bandwidths
 
 #: ours but those run by name only (auto runs these; native is MPI's own)
-ALGOS = tuple(a for a, run in algorithms.ALGORITHMS.items() if not getattr(run, "by_name_only", False))
+ALGOS = tuple(name for name, algorithm in algorithms.ALGORITHMS.items() if algorithm.in_all)
 PRIME = 1009
 
 
 def correctness_cases():
     """(dtype, op) pairs: every op on float32, sum on every dtype CuPy has (not bfloat16 or fp8)."""
     cases = [("float32", op) for op in algorithms.OPS]
-    cases += [(dt.name, "sum") for dt in algorithms.DTYPES if dt.name != "float32" and dt not in LOW_PRECISION]
+    cases += [(t.name, "sum") for t in algorithms.TYPES if t.name != "float32" and t.gpu]
     return cases
 
 
@@ -142,7 +140,7 @@ def run_part(args):
         xp = np
     sizes = sweep(args.min_bytes, args.max_bytes, 2)
     matrix = probe(comm, 1 << 20, reps=2, warmup=1)
-    tree_options = {a: {"bandwidth": matrix.bandwidth} for a in ALGOS if algorithms.needs_bandwidth(a)}
+    tree_options = {a: {"bandwidth": matrix.bandwidth} for a in ALGOS if algorithms.ALGORITHMS[a].wants_bandwidth()}
     part = {"ranks": n, "device": args.device, "device_name": device_name, "gpus_per_node": gpus,
             "cuda_aware_mpi": algorithms.mpi_is_cuda_aware(), "runs": []}
     for kind in transports_to_try(args.device):
@@ -171,15 +169,13 @@ def run_part(args):
             part["nccl"] = {"unavailable": str(exc)}
     part["copy"] = copy_bandwidths(xp, sizes) if rank == 0 else None
     if rank == 0:
-        with open(args.part, "w") as f:
-            json.dump(part, f)
+        write_json_atomically(args.part, part)
 
 
 def merge(args):
     parts = sorted((json.load(open(p)) for p in args.merge), key=lambda p: p["ranks"])
-    data = {"benchmark": "gpu_check", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "machine": describe(), "device_name": parts[0]["device_name"],
-            "parts": parts}
+    data = {**results_header("gpu_check", None, argv=["gpu-check", *sys.argv[1:]], ranks=max(p["ranks"] for p in parts)),
+            "device_name": parts[0]["device_name"], "parts": parts}
     data["copy"] = parts[0]["copy"]
     data["total_wrong"] = sum(sum(r["wrong"].values()) for p in parts for r in p["runs"])
     write_json_atomically(args.output + ".json", data)
@@ -228,7 +224,7 @@ def markdown(data):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m bench.gpu_check", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m bench.gpu_check", description=__doc__.split("\n\n")[0])
     p.add_argument("--part",
                    help="run under mpiexec; rank 0 writes this rank count's results to this file (no default)")
     p.add_argument("--merge", nargs="+", metavar="PART", help="merge parts into -o PREFIX.json/.md (no default)")

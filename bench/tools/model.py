@@ -34,16 +34,18 @@ import textwrap
 
 import algorithms
 from algorithms.costs import SCHEDULES, cost_model
+from algorithms.hier import ACROSS
 from topology import BandwidthMatrix
-from topology.model import ACROSS, LowerBound, Network
+from topology.model import LowerBound, Network
 from topology.rings import ring_bottleneck
 
-from ..core.sizes import parse_size, sweep
+from ..core.cli import Parser, add_network_flags, add_size_flags
+from ..core.sizes import sweep
 from ..formats.results import placement_time, read_results
 from ..formats.tables import comment, description, epilog, plural, ratio_text, significant, size_label, table
 from .compare import NATIVE
 
-ALGORITHMS = tuple(SCHEDULES)  # every algorithm the model knows: the registry's, with a schedule
+MODELLED = tuple(SCHEDULES)  # every algorithm the model knows: the registry's, with a schedule
 
 
 def schedules_text():
@@ -59,7 +61,7 @@ def schedules_text():
 
 def tree_method(name):
     """The ``topology.build_tree`` method of a tree algorithm of the registry, else None."""
-    return getattr(algorithms.ALGORITHMS.get(name), "tree_method", None)
+    return algorithms.ALGORITHMS[name].tree_method if name in algorithms.ALGORITHMS else None
 
 
 def ring_worked_example(n=8, nbytes=14e9, beta_GBps=400, alpha_us=10):
@@ -184,32 +186,21 @@ def notes(model, algos, largest=None):
 
 
 def main(argv):
-    p = argparse.ArgumentParser(prog="python -m bench model", description=description(__doc__),
+    p = Parser(prog="python -m bench model", description=description(__doc__),
                                 epilog=epilog(__doc__) + "\n\n" + schedules_text(),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--topology", metavar="FILE",
                    help="a probe file (python -m topology probe): per-link alpha and beta, nodes and ports "
                         "(default: uniform links)")
-    p.add_argument("--ranks", type=int, help="rank count for uniform links (no default: needed without --topology)")
-    p.add_argument("--ranks-per-node", type=int, default=1, metavar="R",
-                   help="with --ranks: R consecutive ranks a node, sharing its port (default 1)")
-    p.add_argument("--alpha-us", type=float, default=5.0, help="uniform start-up time, in us (default 5)")
-    p.add_argument("--beta-GBps", type=float, default=10.0,
-                   help="uniform link bandwidth between nodes, and each node's port, in GB/s (default 10)")
-    p.add_argument("--intra-GBps", type=float,
-                   help="with --ranks-per-node: link bandwidth within a node, in GB/s (default 10 x --beta-GBps)")
+    add_network_flags(p, 5.0, 10.0, "rank count for uniform links (no default: needed without --topology)", int)
     p.add_argument("--ports", choices=("capacity", "file"), default="capacity",
                    help="with --topology, a node the file gives no port: capacity = as fast as its fastest "
                         "link out and in, file = no port limit (default capacity)")
     p.add_argument("--hier-across", choices=ACROSS, default="ring",
                    help="hier's all-reduce between the nodes (default ring)")
-    p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("8"), metavar="SIZE",
-                   help="smallest message, in bytes; K, M, G are powers of 1024 (default 8)")
-    p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("256M"), metavar="SIZE",
-                   help="largest message, in bytes; K, M, G are powers of 1024 (default 256M)")
-    p.add_argument("-f", "--stepfactor", type=int, default=4, help="size multiplier between rows (default 4)")
-    p.add_argument("--algo", default=",".join(ALGORITHMS),
-                   help=f"comma list of algorithms to model (default {','.join(ALGORITHMS)})")
+    add_size_flags(p, "8", "256M", 4)
+    p.add_argument("--algo", default=",".join(MODELLED),
+                   help=f"comma list of algorithms to model (default {','.join(MODELLED)})")
     p.add_argument("--results", nargs="*", default=[], metavar="FILE",
                    help="our -J documents or JSON-lines logs: measured time and busbw beside the model, "
                         "and the ratio to native MPI (default: none)")
@@ -227,9 +218,9 @@ def main(argv):
         else:
             raise ValueError("give --topology FILE, or --ranks N with --alpha-us and --beta-GBps")
         algos = args.algo.split(",")
-        bad = [a for a in algos if a not in ALGORITHMS]
+        bad = [a for a in algos if a not in MODELLED]
         if bad:
-            raise ValueError(f"unknown --algo {','.join(bad)}; choices: {','.join(ALGORITHMS)}")
+            raise ValueError(f"unknown --algo {','.join(bad)}; choices: {','.join(MODELLED)}")
         sizes = sweep(args.minbytes, args.maxbytes, args.stepfactor)
         measured, measured_ranks = measured_rows(args.results)
         model = cost_model(matrix, ports=args.ports, across=args.hier_across)

@@ -16,13 +16,13 @@ writes what that library loads:
   decisions.
 """
 
-import argparse
 import json
 import math
 import re
 import sys
 
-from topology.files import write_json_atomically, write_text_atomically
+from plumbing.cli import Parser
+from plumbing.files import write_json_atomically, write_text_atomically
 
 from ..baselines.compiled import loaded_libmpi
 from ..baselines.mpi import OPEN_MPI, PREFIX, library_of
@@ -130,7 +130,7 @@ def rules_file(choices, ranks):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m bench mpi-tuning", description=(
+    p = Parser(prog="python -m bench mpi-tuning", description=(
         "From runs of --algo mpi:NAME, the MPI library's fastest all-reduce per size, written as the tuning "
         "file that library loads (MPICH's selection JSON, Open MPI's coll/tuned rules)."))
     p.add_argument("results", nargs="+", help="-J files or logs of runs with --algo mpi:NAME (all of one library)")

@@ -22,16 +22,16 @@ the written file and asks it, at every measured size, which pair it prefers
 (:func:`plugin_choice`): the file is shown to be read as meant without a GPU.
 """
 
-import argparse
 import ctypes
 import math
 import os
 import re
 import sys
 
-from topology.files import write_text_atomically
+from plumbing.cli import Parser
+from plumbing.files import write_text_atomically
 
-from ..baselines.nccl import ALGORITHMS, PREFIX, PROTOCOLS, split
+from ..baselines.nccl import NCCL_ALGOS, PREFIX, PROTOCOLS, split
 from ..formats.logs import LogError, read_log
 from ..formats.results import placement_time, read_results
 
@@ -74,7 +74,7 @@ def read_vendor_log(path, collective=None):
     program = re.search(r"Collective test starting:\s*(\S+)", text)
     collective = (PROGRAMS.get(program.group(1)) if program else None) or collective or "allreduce"
     found = {}
-    for variable, table in (("NCCL_ALGO", ALGORITHMS), ("NCCL_PROTO", PROTOCOLS)):
+    for variable, table in (("NCCL_ALGO", NCCL_ALGOS), ("NCCL_PROTO", PROTOCOLS)):
         said = re.findall(rf"{variable} set by environment to (\S+)", text)
         if not said:
             raise ValueError(f"{path}: no '{variable} set by environment to' line: run nccl-tests with "
@@ -196,7 +196,7 @@ def plugin_choice(plugin, config, queries, ranks, nodes, allowed=None):
             os.environ.pop("NCCL_TUNER_CONFIG_FILE", None)
         else:
             os.environ["NCCL_TUNER_CONFIG_FILE"] = previous
-    algorithms, protocols = list(ALGORITHMS), list(PROTOCOLS)
+    algorithms, protocols = list(NCCL_ALGOS), list(PROTOCOLS)
     answers = []
     try:
         for collective, nbytes in queries:
@@ -220,7 +220,7 @@ def plugin_choice(plugin, config, queries, ranks, nodes, allowed=None):
 # ---- the command ---------------------------------------------------------------------------
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m bench nccl-tuning", description=(
+    p = Parser(prog="python -m bench nccl-tuning", description=(
         "From runs of --algo nccl:ALGO/PROTO, or nccl-tests logs run with NCCL_ALGO, NCCL_PROTO and "
         "NCCL_DEBUG=INFO, NCCL's fastest algorithm and protocol per collective and size, written as the CSV "
         "file of NCCL's example tuner plugin (NCCL_TUNER_CONFIG_FILE)."))
@@ -258,7 +258,7 @@ def main(argv=None):
         if args.channels == 0 or args.channels < -1:
             print(f"{prog}: --channels must be positive, or -1", file=sys.stderr)
             return 2
-        channels = {a: args.channels for a in ALGORITHMS}
+        channels = {a: args.channels for a in NCCL_ALGOS}
     else:
         channels = {a: channel_count(rows, a) for a, _, _ in (t for v in ranked.values() for t in v)}
         unknown = sorted(a for a, c in channels.items() if c is None)

@@ -27,26 +27,26 @@ afresh at every large call):
 ``MALLOC_MMAP_THRESHOLD_=2147483648 MALLOC_TRIM_THRESHOLD_=8589934592``.
 """
 
-import argparse
-import datetime
 import functools
 import os
+import sys
 import tracemalloc
 
 import numpy as np
 from mpi4py import MPI
 
 import algorithms
-from topology.files import write_json_atomically, write_text_atomically
+from plumbing.files import write_json_atomically, write_text_atomically
 
 from ..baselines.gloo import GlooBaseline
 from ..baselines.gloo import problem as gloo_problem
 from ..baselines.mpi_loop import CompiledLoop
+from ..core.cli import Parser, add_size_flags
 from ..core.collectives import AllReduce
-from ..core.machine import describe, tuning_path
+from ..core.machine import results_header, tuning_path
 from ..core.memory import status_bytes
 from ..core.pages import huge_page_share, small_page_vector
-from ..core.sizes import parse_size, sweep
+from ..core.sizes import sweep
 from ..core.startup import refused
 from ..core.timing import intervals, iterations_for, timed
 from ..formats.stats import FULL_ROUNDS, coverage, median, median_interval
@@ -234,12 +234,8 @@ def peak_memory(comm, nbytes):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m bench.perf", description=__doc__.splitlines()[0])
-    p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("1K"),
-                   help="smallest vector, in bytes; K, M, G are powers of 1024; 8 B is always added (default 1K)")
-    p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("256M"),
-                   help="largest vector, in bytes; K, M, G are powers of 1024 (default 256M)")
-    p.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplier between sizes (default 2)")
+    p = Parser(prog="python -m bench.perf", description=__doc__.splitlines()[0])
+    add_size_flags(p, "1K", "256M", 2, what="vector (8 B is always added)")
     p.add_argument("--repeats", type=int, default=7,
                    help="rounds per size and sweep, each candidate timed once a round in an order rotated each "
                         "round (default 7)")
@@ -282,11 +278,10 @@ def main(argv=None):
     allocation = {a: steady_state_allocation(comm, a, 1 << 16) for a in ALGOS}
     auto_reason = algorithms.auto.choice(8, comm=comm)[1]
 
+    header = results_header("perf-cpu", None, comm, ["perf", *(sys.argv[1:] if argv is None else argv)])
     if comm.Get_rank() == 0:
-        data = {"benchmark": "perf-cpu", "date": datetime.datetime.now(datetime.timezone.utc)
-                .isoformat(timespec="seconds"), "machine": describe(), "ranks": n,
-                "gloo": gloo.description if gloo else None, "auto": auto_reason, "library_problem": library_problem,
-                "oversubscribed": n > (os.cpu_count() or 1), "rounds_per_sweep": args.repeats, "rows": rows, **overhead,
+        data = {**header, "gloo": gloo.description if gloo else None, "auto": auto_reason,
+                "library_problem": library_problem, "rounds_per_sweep": args.repeats, "rows": rows, **overhead,
                 "steady_state_python_bytes": allocation, "peak_memory": memory}
         if any("sendrecv_s" in row for row in rows):
             data["persistent_cost_us"] = persistent_costs(rows)

@@ -15,6 +15,9 @@ import math
 import re
 import sys
 
+from plumbing.cli import Parser
+from plumbing.files import save_figure_atomically
+
 from ..formats.tables import description, epilog
 from .compare import load_all
 
@@ -128,13 +131,13 @@ def plot(rows, output, title=None, placement="out_of_place", logy=None):
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0, fontsize="small")
     fig.tight_layout()
-    fig.savefig(output)
+    save_figure_atomically(fig, output)
     plt.close(fig)
     return logy
 
 
 def main(argv):
-    p = argparse.ArgumentParser(prog="python -m bench plot", description=description(__doc__),
+    p = Parser(prog="python -m bench plot", description=description(__doc__),
                                 epilog=epilog(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("files", nargs="+", metavar="FILE",
                    help="nccl-tests logs, our text tables, -J documents or JSON-lines logs")

@@ -41,10 +41,12 @@ import sys
 import numpy as np
 
 from algorithms.costs import cost_model
-from topology.model import ACROSS, Network
+from algorithms.hier import ACROSS
+from topology.model import Network
 
+from ..core.cli import Parser, add_network_flags
 from ..formats.tables import comment, description, epilog, plural
-from .model import ALGORITHMS, measured_rows
+from .model import MODELLED, measured_rows
 
 
 def exposed_after(ready, seconds, backward, blocking=False):
@@ -95,7 +97,7 @@ def measured_busbw(paths):
 
 
 def main(argv):
-    p = argparse.ArgumentParser(prog="python -m bench scaling", description=description(__doc__),
+    p = Parser(prog="python -m bench scaling", description=description(__doc__),
                                 epilog=epilog(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--params", type=float, help="model parameters, e.g. 7e9 (required without --train)")
     p.add_argument("--dtype", default="float16", help="gradient dtype, a NumPy name (default float16)")
@@ -105,16 +107,9 @@ def main(argv):
                    help="a python -m bench train -J file: its noop run's parameter count, gradient bytes, compute "
                         "time, backward time and buckets (bytes, ready times) instead of --params, --dtype, "
                         "--compute-time, --backward-time and --buckets (default: those flags)")
-    p.add_argument("--ranks", default="8", help="comma list of rank counts (default 8)")
-    p.add_argument("--beta-GBps", type=float, default=400.0,
-                   help="link bandwidth between nodes, and each node's port, for the model, in GB/s (default 400)")
-    p.add_argument("--ranks-per-node", type=int, default=1, metavar="R",
-                   help="R consecutive ranks a node, sharing its port (default 1: every rank a node)")
-    p.add_argument("--intra-GBps", type=float,
-                   help="link bandwidth within a node, in GB/s (default 10 x --beta-GBps)")
+    add_network_flags(p, 10.0, 400.0, "comma list of rank counts (default 8)", ranks_default="8")
     p.add_argument("--hier-across", choices=ACROSS, default="ring",
                    help="hier's all-reduce between the nodes (default ring)")
-    p.add_argument("--alpha-us", type=float, default=10.0, help="start-up time for the model, in us (default 10)")
     p.add_argument("--results", nargs="*", default=[], metavar="FILE",
                    help="our -J documents or JSON-lines logs: their measured busbw instead of the model "
                         "(default: the model)")
@@ -123,7 +118,7 @@ def main(argv):
     p.add_argument("--backward-time", type=float,
                    help="T_b: backward pass, in seconds (default: 2/3 of --compute-time)")
     p.add_argument("--algo", default="ps,ring,tree",
-                   help=f"comma list of algorithms, of {','.join(ALGORITHMS)} (default ps,ring,tree)")
+                   help=f"comma list of algorithms, of {','.join(MODELLED)} (default ps,ring,tree)")
     args = p.parse_args(argv)
     try:
         train = measured_training(args.train) if args.train else None
@@ -135,7 +130,7 @@ def main(argv):
             itemsize = np.dtype(args.dtype).itemsize
         ranks = [int(r) for r in args.ranks.split(",")]
         algos = args.algo.split(",")
-        bad = [a for a in algos if a not in ALGORITHMS]
+        bad = [a for a in algos if a not in MODELLED]
         if bad or min(ranks) < 1 or args.params <= 0 or args.compute_time <= 0 or args.ranks_per_node < 1:
             raise ValueError(f"unknown --algo {','.join(bad)}" if bad else
                              "--ranks, --ranks-per-node, --params and --compute-time must be positive")

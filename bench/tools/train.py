@@ -65,7 +65,6 @@ which, and the exit status is 1 (as nccl-tests' #wrong). Exit status 2: bad flag
 """
 
 import argparse
-import datetime
 import sys
 import time
 
@@ -73,14 +72,13 @@ import numpy as np
 from mpi4py import MPI
 
 import algorithms
-from topology.ending import fail_together
-from topology.files import write_json_atomically
-from topology.probe import node_numbers
+from plumbing.cli import Parser
+from plumbing.ending import fail_together
+from plumbing.files import write_json_atomically
 
 from ..baselines.gloo import GlooBaseline
 from ..baselines.gloo import problem as gloo_problem
-from ..core.machine import describe, oversubscription
-from ..core.options import Parser
+from ..core.machine import now, results_header
 from ..core.startup import refused
 from ..core.timing import interleaved
 from ..formats import stats
@@ -90,7 +88,7 @@ from .train_plot import plot
 
 PROG = "python -m bench train"
 SPECIAL = ("gloo", "noop")
-DTYPE_NAMES = ("fp32", "bf16")
+DTYPE_NAMES = tuple(t.train for t in algorithms.TYPES if t.train)  # from the table of types: fp32, bf16
 VERSION = 2  # of the -J document (2: every figure over rounds, with its interval)
 HOOK_BOUND = 1.05  # the target: the hook at most 5% over a bare all-reduce of the same bytes
 
@@ -104,8 +102,8 @@ def parser():
                         "always runs) (default auto,ring,gloo,noop)")
     p.add_argument("--bucket-mb", default="25",
                    help="comma list of DDP bucket caps (bucket_cap_mb), in MiB (default 25)")
-    p.add_argument("--dtype", default="fp32", help="comma list of parameter and gradient types: fp32, bf16 "
-                                                   "(default fp32)")
+    p.add_argument("--dtype", default="fp32", help=f"comma list of parameter and gradient types: "
+                                                   f"{', '.join(DTYPE_NAMES)} (default fp32)")
     p.add_argument("--overlap", default="off",
                    help="comma list of off (the hook reduces each bucket before backward goes on), on (on a "
                         "communication thread while backward goes on); our algorithms run once for each "
@@ -261,9 +259,9 @@ def check_cells(run):
             "-" if rel is None else f"{rel:.1e}")
 
 
-def header_lines(comm, doc):
+def header_lines(doc):
     m, info = doc["model"], doc["machine"]
-    crowded = oversubscription(comm)
+    crowded = doc["oversubscribed"]
     texts = [
         f"{PROG}: {plural(doc['ranks'], 'rank')} on {plural(doc['nodes'], 'node')} ({info['host']}), "
         f"torch {doc['torch']}, MPI: {' '.join(info['mpi'].split())}, commit {info['commit']}",
@@ -500,9 +498,7 @@ def main(argv=None):
     model = ts.Model(args.model, args.layers, args.width, args.batch, args.seed)
     shared = ts.shared_cores(comm, args.threads)
     text, count = model.describe()
-    doc = {"benchmark": "train", "version": VERSION, "start_time": now(), "args": list(sys.argv[1:] if argv is None
-                                                                                        else argv),
-           "machine": describe(), "ranks": comm.Get_size(), "nodes": len(set(node_numbers(comm))),
+    doc = {**results_header("train", VERSION, comm, ["train", *(sys.argv[1:] if argv is None else argv)]),
            "torch": torch.__version__, "threads": args.threads, "warmup": args.warmup, "rounds": args.rounds,
            "steps": args.steps, "coverage": round(stats.coverage(args.rounds), 4),
            "model": {"kind": args.model, "layers": args.layers, "width": args.width, "batch": args.batch,
@@ -510,9 +506,7 @@ def main(argv=None):
            "cores_shared": shared, "complete": False, "runs": []}
     rank0 = comm.Get_rank() == 0
     if rank0:
-        print("\n".join(header_lines(comm, doc)), flush=True)
-    else:
-        oversubscription(comm)  # collective
+        print("\n".join(header_lines(doc)), flush=True)
     size = comm.Get_size()
 
     def pick(nbytes, dtype):
@@ -576,7 +570,3 @@ def main(argv=None):
                              f"{', '.join(doc['wrong'])}\n")
             sys.stderr.flush()
     return 1 if wrong else 0
-
-
-def now():
-    return datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S")

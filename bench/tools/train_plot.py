@@ -5,6 +5,8 @@ bucket cap's noop run) as a dotted black line.
 One panel per dtype. The model: E = T_c / (T_c + exposed), exposed communication as
 :func:`bench.tools.scaling.exposed_after` computes it (see :mod:`bench.tools.train`)."""
 
+from plumbing.files import save_figure_atomically
+
 from ..formats.tables import significant
 
 
@@ -71,5 +73,5 @@ def plot(document, output):
                  f"{model['parameters']:,} parameters, batch {model['batch']} a rank")
     axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0, fontsize="small")
     fig.tight_layout()
-    fig.savefig(output)
+    save_figure_atomically(fig, output)
     plt.close(fig)

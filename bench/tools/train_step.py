@@ -29,7 +29,6 @@ import statistics
 import time
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -39,10 +38,11 @@ from torch.nn.parallel import DistributedDataParallel
 import algorithms
 import algorithms.torch as art
 
+from ..core.machine import crowding
 from ..core.timing import iterations_for, timed
 
 #: --dtype -> (torch dtype, NumPy dtype of the same bits)
-DTYPES = {"fp32": (torch.float32, np.dtype(np.float32)), "bf16": (torch.bfloat16, np.dtype(ml_dtypes.bfloat16))}
+DTYPES = {t.train: (getattr(torch, t.name), t.dtype) for t in algorithms.TYPES if t.train}
 #: a run whose all-reduce is DDP's own; one with none
 GLOO, NOOP = "gloo", "noop"
 #: set to a rank, that rank's first parameter is changed after every all-reducing run's steps,
@@ -270,19 +270,14 @@ def overlap_of(comm, calls):
 
 def shared_cores(comm, threads):
     """Why an all-reduce running beside the backward pass takes its processor time from it (text),
-    else None: the ranks of a machine (one kernel: ranks in separate network namespaces of one
-    host count together) need more cores than they may use, one per torch thread and one for
-    the all-reduce (collective)."""
-    with open("/proc/sys/kernel/random/boot_id") as f:
-        machine = f.read().strip()
-    every = comm.allgather((machine, len(os.sched_getaffinity(0))))
-    ranks = sum(1 for m, _ in every if m == machine)
-    cores = min(c for m, c in every if m == machine)
-    if ranks * (threads + 1) <= cores:
+    else None: the ranks of a machine need more cores than they may use, one per torch thread
+    and one for the all-reduce (:func:`bench.core.machine.crowding`; collective)."""
+    found = crowding(comm, threads + 1)
+    if found is None:
         return None
-    shared = f"{ranks} rank{'s' if ranks != 1 else ''} x ({threads} torch thread{'s' if threads != 1 else ''} + " \
-             f"1 all-reduce) on {cores} core{'s' if cores != 1 else ''}"
-    return comm.bcast(shared)  # rank 0's machine speaks for all
+    ranks, cores, _ = found
+    return (f"{ranks} rank{'s' if ranks != 1 else ''} x ({threads} torch thread{'s' if threads != 1 else ''} + "
+            f"1 all-reduce) on {cores} core{'s' if cores != 1 else ''}")
 
 
 class _Bucket:

@@ -7,15 +7,15 @@ slowest level and predicted cost. Writes FILE.json and FILE.md atomically.
 Targets: BAM under 0.2 s at S = 1024 and under 3 s at S = 4096.
 """
 
-import argparse
-import datetime
+import sys
 import statistics
 import time
 
 from topology import build_tree, random_heterogeneous, tree_cost
-from topology.files import write_json_atomically, write_text_atomically
+from plumbing.cli import Parser
+from plumbing.files import write_json_atomically, write_text_atomically
 
-from ..core.machine import describe
+from ..core.machine import results_header
 
 TARGETS = {1024: 0.2, 4096: 3.0}
 
@@ -76,7 +76,7 @@ def markdown(data):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m bench.treebuild", description=__doc__.splitlines()[0])
+    p = Parser(prog="python -m bench.treebuild", description=__doc__.splitlines()[0])
     p.add_argument("-o", "--output", default="results/tree-build",
                    help="FILE prefix: writes FILE.json and FILE.md (default results/tree-build)")
     p.add_argument("--sizes", default="64,256,1024,4096,16384",
@@ -86,12 +86,8 @@ def main(argv=None):
     p.add_argument("--km-max", type=int, default=16384, help="skip KM above this many ranks S (default 16384)")
     args = p.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
-    data = {
-        "benchmark": "tree-build",
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": describe(),
-        "results": run(sizes, args.repeats, args.km_max),
-    }
+    data = {**results_header("tree-build", None, argv=["treebuild", *(sys.argv[1:] if argv is None else argv)]),
+            "results": run(sizes, args.repeats, args.km_max)}
     write_json_atomically(args.output + ".json", data)
     write_text_atomically(args.output + ".md", markdown(data))
     print(markdown(data))

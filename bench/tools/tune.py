@@ -20,24 +20,23 @@ the same rank and node count. With more ranks than cores the times measure the s
 table says it is oversubscribed.
 """
 
-import argparse
 import functools
 import math
 import os
+import sys
 
 import numpy as np
 from mpi4py import MPI
 
 import algorithms
 from algorithms.auto import SCHEMA, candidates, load_table
+from algorithms.dtypes import BY_NAME
 from algorithms.ops import check_op_dtype, dtype_index
-from topology.files import write_json_atomically
-from topology.probe import node_numbers
+from plumbing.files import write_json_atomically
 
-from ..core.collectives import lacking
-from ..core.machine import describe, oversubscription, tuning_path
-from ..core.options import ALIASES
-from ..core.sizes import parse_size, sweep
+from ..core.cli import Parser, add_size_flags
+from ..core.machine import results_header, tuning_path
+from ..core.sizes import sweep
 from ..core.startup import refused
 from ..core.timing import intervals, iterations_for, timed
 from ..formats.stats import FULL_ROUNDS, LEVEL, median, paired_ratio
@@ -78,7 +77,7 @@ def measure(comm, dtype, op, sizes, repeats, names):
         x = np.ones(count, dtype)
         y = np.empty_like(x)
         calls = {name: functools.partial(algorithms.allreduce, x, y, op=op, algorithm=name, comm=comm, check=False)
-                 for name in names if not lacking(name, dtype)}  # native: MPI has no bfloat16 or fp8
+                 for name in names if not algorithms.ALGORITHMS[name].lacks(dtype)}  # native: MPI has no bf16, fp8
         iters = iterations_for(count * dtype.itemsize)
         standing = algorithms.auto.choice(count * dtype.itemsize, dtype.name, comm=comm, op=op)
         if standing[0] not in calls:
@@ -142,16 +141,12 @@ def standing_table(comm, given, output):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m bench tune", description=(
+    p = Parser(prog="python -m bench tune", description=(
         "Time every candidate of algorithm=\"auto\" at each size, in turn, round after round, and write the "
         "tuning table auto follows (run it under mpiexec, on the ranks the table is for). At each size the "
         "incumbent, what auto ran before, stays unless a candidate's time over its own, round by round, has a "
         "95% confidence interval wholly below 1; the table records that interval and the candidates that tie."))
-    p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("1K"),
-                   help="smallest vector after 8 B, in bytes; K, M, G are powers of 1024 (default 1K)")
-    p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("256M"),
-                   help="largest vector, in bytes (default 256M)")
-    p.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplier between sizes (default 2)")
+    add_size_flags(p, "1K", "256M", 2, what="vector (after 8 B)")
     p.add_argument("-d", "--datatype", default="float32",
                    help="comma list of element types (float32, float64, bfloat16, int32, ..., or float, double, "
                         "half, bf16, f8e4m3, f8e5m2, int); "
@@ -170,7 +165,8 @@ def main(argv=None):
     comm = MPI.COMM_WORLD
     problem = None
     try:
-        dtypes = [np.dtype(ALIASES.get(name.strip(), name.strip())) for name in args.datatype.split(",")]
+        dtypes = [BY_NAME[name.strip()].dtype if name.strip() in BY_NAME else np.dtype(name.strip())
+                  for name in args.datatype.split(",")]
         for dtype in dtypes:
             check_op_dtype(args.op, dtype)
             dtype_index(dtype)
@@ -192,13 +188,11 @@ def main(argv=None):
         os.environ["ALLREDUCE_TUNING_FILE"] = standing
     if refused(comm, "python -m bench tune", (output,), tuning=True):
         return 2
-    crowded = oversubscription(comm)
+    header = results_header("tune", SCHEMA, comm, ["tune", *(sys.argv[1:] if argv is None else argv)])
     sizes = sorted({8, *sweep(args.minbytes, args.maxbytes, args.stepfactor)})
-    nodes = len(set(node_numbers(comm)))
     measured = {dtype.name: measure(comm, dtype, args.op, sizes, args.repeats, names) for dtype in dtypes}
     if comm.Get_rank() == 0:
-        table = {"schema": SCHEMA, "ranks": comm.Get_size(), "nodes": nodes, "op": args.op,
-                 "machine": describe(), "oversubscribed": crowded,
+        table = {"schema": SCHEMA, **header, "op": args.op,
                  "rules": [rule for name, times in measured.items() for rule in rules(times, name)]
                  + [{**rule, "dtype": "*"} for rule in rules(measured[dtypes[0].name], "*")],
                  "measured_us": {name: {str(b): {k: round(median(v) * 1e6, 3) for k, v in rounds.items()}
@@ -210,10 +204,12 @@ def main(argv=None):
         write_json_atomically(output, table)
         coverage = stats_coverage(args.repeats) if args.repeats < FULL_ROUNDS else None
         for name, times in measured.items():
-            print(f"# {name} {args.op}, {comm.Get_size()} ranks on {nodes} node(s), {plural(args.repeats, 'round')} a size: "
+            print(f"# {name} {args.op}, {comm.Get_size()} ranks on {header['nodes']} node(s), "
+                  f"{plural(args.repeats, 'round')} a size: "
                   "medians with 95% intervals" + (f" (below 6 rounds the whole range, which holds the median "
                                                   f"{coverage:.0%} of the time)" if coverage is not None else "")
-                  + (f" ({crowded}: the times measure the scheduler)" if crowded else ""))
+                  + (f" ({header['oversubscribed']}: the times measure the scheduler)"
+                     if header["oversubscribed"] else ""))
             print(text_blocks(times, [r for r in table["rules"] if r["dtype"] == name]))
         print(f"wrote {output}; ALLREDUCE_TUNING_FILE={output} makes algorithm=\"auto\" follow it", flush=True)
     return 0

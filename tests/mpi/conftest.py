@@ -99,7 +99,8 @@ def options(algorithm, size):
     """Extra keyword arguments an algorithm needs or takes: a bandwidth matrix for the matched
     trees, bamring and dring (random and heterogeneous, so their trees differ from the binomial
     one and the rings' order from the ranks'; dring in the ranks' order: tests/mpi/test_dring.py)."""
-    if algorithms.needs_bandwidth(algorithm) or getattr(algorithms.ALGORITHMS.get(algorithm), "accepts_bandwidth", False):
+    declared = algorithms.ALGORITHMS.get(algorithm)
+    if declared is not None and (declared.wants_bandwidth() or declared.accepts_bandwidth):
         return {"bandwidth": random_heterogeneous(size, seed=size).bandwidth}
     return {}
 

@@ -92,7 +92,7 @@ def test_long_plain_vectors_go_through_the_kernel(dup):
     rank, size, count = dup.Get_rank(), dup.Get_size(), 5 * BOX // 4 + 3
     boxes = private_comm(dup).resources["twoshot"]
     if boxes.pids is None:
-        assert "copies vectors over one box through its boxes" in algorithms.twoshot.allreduce.describe(private_comm(dup), "shm")
+        assert "copies vectors over one box through its boxes" in algorithms.twoshot.ALGORITHM.describe(private_comm(dup), "shm")
         pytest.skip(boxes.detail)
     expected = numpy_reference("float32", "sum", count, size)
     for in_place in (False, True):

@@ -18,7 +18,7 @@ if __name__ == "__main__":
 from mpi4py import MPI  # noqa: E402
 
 import algorithms  # noqa: E402
-from topology.ending import thread_level_name  # noqa: E402
+from plumbing.ending import thread_level_name  # noqa: E402
 
 
 class TracedWorld(MPI.Intracomm):

@@ -24,7 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, ROOT)
 
 from bench.core.machine import describe  # noqa: E402
-from topology.files import write_json_atomically, write_text_atomically  # noqa: E402
+from plumbing.files import write_json_atomically, write_text_atomically  # noqa: E402
 
 #: the fault cases: the whole fault suite, and the probe under load and with impossible figures
 SUITES = ["tests/test_faults.py", "tests/test_small_shm.py",

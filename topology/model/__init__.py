@@ -8,9 +8,9 @@
 """
 
 from .lower_bound import Bound, LowerBound, lower_bound
-from .model import ACROSS, Estimate, Model
+from .model import Estimate, Model
 from .network import Network
 from .phases import Limit, Phase, PhaseTime
 
-__all__ = ["ACROSS", "Bound", "Estimate", "Limit", "LowerBound", "Model", "Network", "Phase", "PhaseTime",
+__all__ = ["Bound", "Estimate", "Limit", "LowerBound", "Model", "Network", "Phase", "PhaseTime",
            "lower_bound"]

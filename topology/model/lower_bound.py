@@ -41,8 +41,6 @@ each other's bytes. :func:`lower_bound` says which binds and where.
 
 from dataclasses import dataclass
 
-import math
-
 import numpy as np
 
 #: a probed rate between nodes may be this much below what the network carries: the bound takes

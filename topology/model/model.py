@@ -25,8 +25,6 @@ from .lower_bound import LowerBound
 from .network import Network
 from .phases import Limit, Phase, limit_of
 
-ACROSS = ("ring", "bamtree")  # hier's all-reduce between the nodes
-
 
 @dataclass
 class Estimate:
@@ -52,12 +50,11 @@ class Model:
     """Predicted all-reduce times on a :class:`topology.BandwidthMatrix` or a
     :class:`.network.Network`, of the algorithms whose ``schedules`` ({name: schedule}) it is
     given. ``ports``: "capacity" (the file's ports, or each node's fastest link where it has
-    none) or "file" (the file's ports only, unlimited where it has none). ``across``: hier's
-    all-reduce between the nodes, "ring" or "bamtree"."""
+    none) or "file" (the file's ports only, unlimited where it has none). ``across``: a
+    choice the schedules may read (hier's all-reduce between the nodes); the model itself knows
+    no algorithm and no choice of one."""
 
     def __init__(self, matrix, schedules, ports="capacity", across="ring"):
-        if across not in ACROSS:
-            raise ValueError(f"hier across {across!r}: choices {', '.join(ACROSS)}")
         self.network = matrix if isinstance(matrix, Network) else Network.from_matrix(matrix, ports)
         self.n = self.network.n
         self.schedules = dict(schedules)
@@ -118,11 +115,9 @@ class Model:
         return int(math.ceil(hi))
 
     def _with_across(self, across):
-        """This model, or one that shares its caches and runs hier ``across`` another way."""
+        """This model, or one that shares its caches and carries another ``across``."""
         if across is None:
             return self
-        if across not in ACROSS:
-            raise ValueError(f"hier across {across!r}: choices {', '.join(ACROSS)}")
         other = self._variants.get(across)
         if other is None:
             other = self._variants[across] = copy.copy(self)  # the same dicts: phases and trees kept once

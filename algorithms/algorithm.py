@@ -1,0 +1,66 @@
+"""What an all-reduce declares about itself, once, beside its code: :class:`Algorithm`.
+
+Each algorithm module ends with its record (``ALGORITHM = Algorithm("ring", allreduce, ...)``),
+and the registry (:mod:`.registry`) lists the records; every other part of the suite (the entry
+point, ``auto``, the cost model, the benchmark and its tools) asks a record, never a loose
+attribute, so a misspelt property is an error where it is declared, not a silent default.
+"""
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """One all-reduce.
+
+    * ``allreduce(coll, sendbuf, recvbuf[, plan])``: it runs, talking through the executor's
+      ``coll`` (:class:`.executor.Collective`); ``plan`` is what ``prepare`` returned, or the
+      ``topology.Tree`` of a tree algorithm.
+    * ``schedule(model, nbytes)``: how it runs, as phases of concurrent transfers, for the cost
+      model (:mod:`topology.model`); None: not modelled.
+    * ``bind(coll, count, dtype)``: ``run(sendbuf, recvbuf)`` for vectors of that shape, with what
+      every such call repeats done once; the entry point keeps one per shape.
+    * ``prepare(size, tree, bandwidth, name)``: checks ``tree=`` and ``bandwidth=`` itself; what it
+      returns, unless None, is the ``plan`` (with a ``digest()`` the ranks agree on).
+    * ``tree_method``: it runs a ``topology.Tree`` built by that ``topology.build_tree`` method
+      unless the caller passes one.
+    * ``needs_bandwidth()``: whether it needs ``bandwidth=`` as things stand (its settings);
+      ``accepts_bandwidth``: it uses one where given (the benchmark then passes ``--topology``);
+      ``needs_plan``: it never runs without what ``prepare`` returns.
+    * ``describe(private, transport)``: what carries it on a communicator, in words, given the
+      transport's own (collective: it may make what it keeps there).
+    * ``lacks(dtype)``: why it cannot reduce ``dtype`` (one line), else None.
+    * ``in_all``: whether the benchmark's ``--algo all`` runs it; ``one_node_only``: across nodes
+      it runs another algorithm (so ``auto`` does not choose it there).
+    * ``reduce_scatter(coll, sendbuf, scratch, result)`` and ``all_gather(coll, whole)``: its two
+      halves, where it is built of them and they are usable alone.
+    """
+
+    name: str
+    allreduce: Callable
+    schedule: Optional[Callable] = None
+    bind: Optional[Callable] = None
+    prepare: Optional[Callable] = None
+    tree_method: Optional[str] = None
+    needs_bandwidth: Callable[[], bool] = lambda: False
+    accepts_bandwidth: bool = False
+    needs_plan: bool = False
+    describe: Optional[Callable] = None
+    lacks: Callable = lambda dtype: None
+    in_all: bool = True
+    one_node_only: bool = False
+    reduce_scatter: Optional[Callable] = None
+    all_gather: Optional[Callable] = None
+
+    def wants_bandwidth(self):
+        """Whether it builds what it runs on from a bandwidth matrix as things stand: the matched
+        trees, bamring, and hier with ``ALLREDUCE_HIER_ACROSS=bamtree``."""
+        if self.tree_method is not None:
+            return self.tree_method != "binomial"
+        return self.needs_bandwidth()
+
+    @property
+    def treeless(self):
+        """Whether it runs with nothing but the vectors (no tree, no plan)."""
+        return self.tree_method is None and not self.needs_plan
