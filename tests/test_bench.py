@@ -630,6 +630,35 @@ def test_perf_judges_a_range_by_its_worst_verdict():
                                               "verdict": "met", "holds": True}
 
 
+
+LEAKY_CALLS = """
+kept = []
+def leaks(x, y, **_):
+    kept.append(bytes(100))
+def cycles(x, y, **_):
+    loop = []
+    loop.append(loop)  # garbage that only the cycle collector frees
+def neither(x, y, **_):
+    y[...] = x
+"""
+
+
+@pytest.mark.parametrize("call, retained", [("leaks", True), ("cycles", False), ("neither", False)])
+def test_steady_state_counts_what_a_call_keeps_not_what_the_collector_frees(monkeypatch, call, retained):
+    """A call that keeps 100 bytes each time shows in every window; one that leaves cyclic
+    garbage or a free list behind does not (a full collection runs before each count). The calls
+    are compiled under the ``algorithms`` package's path, which is what the count is filtered to."""
+    from mpi4py import MPI
+
+    from bench.tools.perf import steady_state_allocation
+
+    space = {}
+    exec(compile(LEAKY_CALLS, os.path.join(os.path.dirname(algorithms.__file__), "leaky.py"), "exec"), space)
+    monkeypatch.setattr(algorithms, "allreduce", lambda x, y, algorithm, comm, check: space[algorithm](x, y))
+    found = steady_state_allocation(MPI.COMM_SELF, call, 1024)
+    assert (found["retained"] >= 50 * 100) == retained and (found["retained"] == 0) == (not retained), found
+
+
 def test_gpu_check_script_on_numpy_buffers(tmp_path):
     """bench/gpu_check.sh end to end with DEVICE=cpu (NumPy buffers; transports shm, staged,
     direct): every rank count, transport and algorithm checked and swept, merged into .json/.md."""
