@@ -43,8 +43,17 @@ clean_shm() {
   fi
 }
 trap clean_shm EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+# Ctrl-C, scancel and a time limit signal every process of the job at once: the ranks end
+# together and print why, but the launcher, signalled too, may be gone before a loaded rank's
+# line passes through it. The script's own line comes after the launcher has returned (bash
+# runs a trap once its foreground command ends), so the log always says why the job ended.
+job_name=${SLURM_JOB_NAME:-$(basename "$0")}
+interrupted() {
+  echo "$job_name: interrupted by $1; the finished sizes are in $out" >&2
+  exit "$2"
+}
+trap 'interrupted SIGINT 130' INT
+trap 'interrupted SIGTERM 143' TERM
 
 # launch MODULE ARGS...: run `python -m MODULE ARGS` on every rank.
 launch() {
@@ -60,6 +69,8 @@ launch() {
 sweep() {
   local name=$1
   shift
-  launch bench --quiet --log "$out/$name.jsonl" -J "$out/$name.json" "$@" | tee "$out/$name.txt"
+  # tee ignores the job's SIGINT and SIGTERM and copies to the end: killed first, it would take
+  # the table's last lines with it and break the launcher's output pipe under it
+  launch bench --quiet --log "$out/$name.jsonl" -J "$out/$name.json" "$@" | (trap '' INT TERM; tee "$out/$name.txt")
   return "${PIPESTATUS[0]}"
 }

@@ -299,29 +299,40 @@ def test_every_wire_setting_is_listed_here():
     assert set(SETTINGS) == set(WIRE)
 
 
-@pytest.mark.parametrize("variable", sorted(SETTINGS))
-def test_a_setting_on_one_rank_alone_is_refused_on_every_rank(tmp_path, variable):
+def test_every_setting_on_one_rank_alone_is_refused_on_every_rank(tmp_path):
+    """Every wire setting given to rank 0 alone: one line that names each of them, exit 2, on
+    every rank (the check compares them all in one collective and reports every difference)."""
     python = [sys.executable, *SHORT, "--log", "none"]
-    command = [mpiexec(), "-n", "1", "-env", variable, SETTINGS[variable], *python, ":", "-n", str(RANKS - 1), *python]
-    env = {k: v for k, v in os.environ.items() if k != variable}
+    on_rank_0 = [arg for variable, value in SETTINGS.items() for arg in ("-env", variable, value)]
+    command = [mpiexec(), "-n", "1", *on_rank_0, *python, ":", "-n", str(RANKS - 1), *python]
+    env = {k: v for k, v in os.environ.items() if k not in SETTINGS}
     job = Job(tmp_path, None, command=command, env=env)
     code, _ = job.end(timeout=60)
     assert code == 2 and time.monotonic() - job.started < 15
-    assert re.fullmatch(rf"python -m bench: error: {variable} differs between ranks: '{SETTINGS[variable]}' on "
-                        rf"rank 0; unset \(default [^)]+\) on ranks 1, 2", one_line(job.stderr())), job.stderr()
+    line = one_line(job.stderr()).removeprefix("python -m bench: error: ")
+    assert not line.startswith("python"), job.stderr()
+    for variable, value in SETTINGS.items():
+        assert re.search(rf"(^|; ){variable} differs between ranks: '{re.escape(value)}' on rank 0; "
+                         rf"unset \(default [^)]+\) on ranks 1, 2(;|$)", line), (variable, line)
+    assert line.count("differs between ranks") == len(SETTINGS), line
 
 
-@pytest.mark.parametrize("variable,value,message", [
-    ("ALLREDUCE_SEGMENT_BYTES", "1", "ALLREDUCE_SEGMENT_BYTES='1' is below its lower bound, 4 KiB"),
-    ("ALLREDUCE_SHM_SLOT_BYTES", "1000", "ALLREDUCE_SHM_SLOT_BYTES=1000 must be a multiple of 64"),
-    ("ALLREDUCE_STAGE_BYTES", "lots", "ALLREDUCE_STAGE_BYTES='lots' must be a positive number of bytes"),
-    ("ALLREDUCE_TRANSPORT", "pigeon", "ALLREDUCE_TRANSPORT='pigeon' is not one of auto, direct, staged, shm"),
-    ("ALLREDUCE_RADIX", "1", "ALLREDUCE_RADIX='1' must be from 2 to 64")],
-    ids=["segment-too-small", "slot-not-a-multiple", "stage-not-a-number", "transport-unknown", "radix-too-small"])
-def test_a_bad_setting_is_one_line_and_exit_2(tmp_path, variable, value, message):
-    job = Job(tmp_path, [*SHORT, "--log", "none"], env={variable: value})
+BAD_SETTINGS = {
+    "ALLREDUCE_SEGMENT_BYTES": ("1", "ALLREDUCE_SEGMENT_BYTES='1' is below its lower bound, 4 KiB"),
+    "ALLREDUCE_SHM_SLOT_BYTES": ("1000", "ALLREDUCE_SHM_SLOT_BYTES=1000 must be a multiple of 64"),
+    "ALLREDUCE_STAGE_BYTES": ("lots", "ALLREDUCE_STAGE_BYTES='lots' must be a positive number of bytes"),
+    "ALLREDUCE_TRANSPORT": ("pigeon", "ALLREDUCE_TRANSPORT='pigeon' is not one of auto, direct, staged, shm"),
+    "ALLREDUCE_RADIX": ("1", "ALLREDUCE_RADIX='1' must be from 2 to 64")}
+
+
+def test_bad_settings_are_one_line_and_exit_2(tmp_path):
+    """Five invalid settings at once: one line naming each, in the settings' own order, exit 2."""
+    from algorithms.settings import WIRE
+
+    job = Job(tmp_path, [*SHORT, "--log", "none"], env={k: value for k, (value, _) in BAD_SETTINGS.items()})
     assert job.end(timeout=60)[0] == 2
-    assert one_line(job.stderr()) == f"python -m bench: error: {message} (on ranks 0, 1, 2)"
+    messages = [f"{BAD_SETTINGS[name][1]} (on ranks 0, 1, 2)" for name in WIRE if name in BAD_SETTINGS]
+    assert one_line(job.stderr()) == "python -m bench: error: " + "; ".join(messages)
 
 
 BAD_TUNING = {
@@ -335,10 +346,12 @@ BAD_TUNING = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(BAD_TUNING))
-@pytest.mark.parametrize("tool", ["sweep", "perf"])
+@pytest.mark.parametrize("tool, case", [*(("sweep", case) for case in sorted(BAD_TUNING)),
+                                        ("perf", "not-json"), ("perf", "a-folder")])
 def test_a_bad_tuning_file_is_one_line_and_exit_2(tmp_path, case, tool):
-    """ALLREDUCE_TUNING_FILE that auto would read: refused before the first size on every rank."""
+    """ALLREDUCE_TUNING_FILE that auto would read: refused before the first size on every rank
+    (every case under the sweep; under perf, which reads it through the same loader, a file
+    that is not JSON and one that cannot be read)."""
     content, problem = BAD_TUNING[case]
     path = tmp_path / "tuning.json"
     if content == "":
@@ -374,7 +387,7 @@ BAD_TOPOLOGIES = {
 @pytest.mark.parametrize("case", sorted(BAD_TOPOLOGIES))
 def test_a_bad_topology_file_is_one_line_and_exit_2(tmp_path, case):
     """Under the sweep (bamtree or kmtree: the file is checked before either builds its tree)
-    and under 'topology tree' with every method, the same line."""
+    and under 'topology tree' (the methods in turn), the same line."""
     text, pattern = BAD_TOPOLOGIES[case]
     path = tmp_path / "topology.json"
     path.write_text(text)
@@ -383,10 +396,10 @@ def test_a_bad_topology_file_is_one_line_and_exit_2(tmp_path, case):
     assert job.end(timeout=60)[0] == 2
     line = one_line(job.stderr())
     assert line.startswith(f"python -m bench: error: --topology: bandwidth matrix {path}") and re.search(pattern, line), line
-    for method in ("bam", "km", "binomial"):
-        proc = subprocess.run([sys.executable, "-m", "topology", "tree", str(path), "--method", method], cwd=ROOT,
-                              capture_output=True, text=True, timeout=60)
-        assert proc.returncode == 2 and re.search(pattern, one_line(proc.stderr)), proc.stderr
+    method = ("bam", "km", "binomial")[sorted(BAD_TOPOLOGIES).index(case) % 3]  # one loader reads for all three
+    proc = subprocess.run([sys.executable, "-m", "topology", "tree", str(path), "--method", method], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and re.search(pattern, one_line(proc.stderr)), proc.stderr
 
 
 def test_a_size_that_cannot_fit_is_refused_before_allocating(tmp_path):

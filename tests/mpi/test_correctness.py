@@ -1,7 +1,8 @@
 """Every algorithm against comm.Allreduce and a NumPy reference, bit for bit.
 
 All ops x all dtypes x in/out of place x counts 0, 1, N-1, N, N+1, a prime, and ~1M (one
-dtype of each item size up to 3 ranks; float32 alone from 4 ranks on). At 8 ranks and more (4
+dtype of each item size at 1-2 ranks, the smallest and the largest item at 3, float32 alone
+from 4 ranks on). At 8 ranks and more (4
 ranks a core on the 2-core machines the suite runs on) the algorithms run on one integer, one
 float and one low-precision type: what differs there is the schedule, and every dtype's
 arithmetic runs at 1-5 ranks.
@@ -24,9 +25,10 @@ DTYPES = [dt.name for dt in algorithms.DTYPES] if MPI.COMM_WORLD.Get_size() < 8 
 #: the dtypes the large count runs on, one of each item size: what it tests beyond the small
 #: counts, the segments and chunks of a long vector, depends on the item size alone, and every
 #: dtype's arithmetic runs at the other counts (the large count was four fifths of the suite's time);
-#: from 4 ranks on (2 ranks a core and more on the 2-core machines the suite runs on), float32
-#: alone: the other item sizes' long vectors run at 1-3 ranks
-LARGE_COUNT_DTYPES = ("int8", "float16", "float32", "float64") if MPI.COMM_WORLD.Get_size() <= 3 else ("float32",)
+#: at 3 ranks the smallest and the largest item, and from 4 ranks on (2 ranks a core and more on
+#: the 2-core machines the suite runs on) float32 alone: every item size's long vectors run at 1-2
+LARGE_COUNT_DTYPES = {1: ("int8", "float16", "float32", "float64"), 2: ("int8", "float16", "float32", "float64"),
+                      3: ("int8", "float64")}.get(MPI.COMM_WORLD.Get_size(), ("float32",))
 
 
 def ops_for(dtype):
