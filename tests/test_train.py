@@ -49,8 +49,8 @@ def rows(text):
     times, checks = {}, {}
     for line in text.splitlines():
         cells = re.split(r"\s{2,}", line.strip())
-        if line.startswith("  ") and len(cells) in (6, 9):
-            (times if len(cells) == 6 else checks)[cells[0], cells[1], cells[2]] = cells
+        if line.startswith("  ") and len(cells) in (8, 9):
+            (times if len(cells) == 8 else checks)[cells[0], cells[1], cells[2]] = cells
     return times, checks
 
 
@@ -138,10 +138,11 @@ def cell_figure(cell):
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
     """A 2-rank run of every kind: noop, gloo, ring and auto, sync and overlapping, fp32 and bf16,
-    two bucket caps (a few buckets, and one), with the plot."""
+    two bucket caps (a few buckets, and one), with the plot and the timeline."""
     tmp_path = tmp_path_factory.mktemp("train")
     proc, document = train(2, tmp_path, "--algo", "auto,ring,gloo,noop", "--overlap", "off,on",
-                           "--dtype", "fp32,bf16", "--bucket-mb", "0.005,1", "--plot", str(tmp_path / "train.png"))
+                           "--dtype", "fp32,bf16", "--bucket-mb", "0.005,1", "--plot", str(tmp_path / "train.png"),
+                           "--timeline", str(tmp_path / "timeline.png"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc, document, tmp_path
 
@@ -158,7 +159,7 @@ def test_two_ranks_table_and_document(two_ranks):
     header = proc.stdout.split("\n  ")[0].replace("\n#   ", " ")  # comment lines wrap at 120 columns
     for phrase in ("2 ranks on 1 node", "torch ", "MPI: ", f"{PARAMETERS:,} parameters", "1 torch thread",
                    f"1 warm-up step, then {ROUNDS} rounds of {STEPS} timed steps", "order rotated by one each round",
-                   "not a prediction"):
+                   "predicted: the exposed communication from the noop run's compute profile", "not a prediction"):
         assert phrase in header, phrase
     assert "reach no 95% interval" not in proc.stdout  # 6 rounds do
     runs = document["runs"]
@@ -181,10 +182,14 @@ def test_two_ranks_table_and_document(two_ranks):
             figure = run[name]
             assert cell_figure(cell) == pytest.approx([figure["median"], figure["ci_low"], figure["ci_high"]],
                                                       rel=6e-3, abs=1e-9), (key, name)
+        assert cells[5] == ("-" if run["predicted_exposed_ms"] is None else f"{run['predicted_exposed_ms']:.1f}")
+        error = run["prediction_error"]
+        assert cells[6] == "-" if error is None else cells[6] == f"{error * 100:+.0f}%" + (
+            " in" if run["prediction_within"] else "")
         ratio = run["exposed_vs_gloo"]
-        assert cells[5:] == ["-"] if ratio is None else cells[5].endswith(" tie") == (ratio["verdict"] == "tie")
+        assert cells[7:] == ["-"] if ratio is None else cells[7].endswith(" tie") == (ratio["verdict"] == "tie")
         if ratio is not None:
-            assert cell_figure(cells[5].removesuffix(" tie")) == pytest.approx([ratio["median"], ratio["ci_low"], ratio["ci_high"]],
+            assert cell_figure(cells[7].removesuffix(" tie")) == pytest.approx([ratio["median"], ratio["ci_low"], ratio["ci_high"]],
                                                           rel=6e-3, abs=1e-9)
         if run["algorithm"] == "noop":
             assert run["params_identical"] is False and more[7] == "differ"  # each rank its own gradients
@@ -211,6 +216,71 @@ def test_two_ranks_table_and_document(two_ranks):
     assert max(len(line) for line in proc.stdout.splitlines()) <= 120
     png = tmp_path / "train.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20000
+
+
+@needs_torch
+def test_the_prediction_comes_from_the_noop_profile(two_ranks):
+    """Every run but native's is predicted from its noop run's profile: noop exposes nothing; a
+    synchronous hook exposes the sum of its buckets' predicted all-reduces, each stalling the
+    backward pass where the noop run's bucket became ready; on one node with the cores shared (2
+    ranks of 2 threads on 2 cores here) an overlapping one exposes all of it too, and where a core
+    is spare only what ends after the backward pass; the error is predicted over measured exposed."""
+    _, document, _ = two_ranks
+    assert document["predicted_from"] == "a probe of these ranks (4 MiB messages), 1 node"
+    noops = {(r["bucket_mb"], r["dtype"]): r for r in document["runs"] if r["algorithm"] == "noop"}
+    for run in document["runs"]:
+        buckets = run["predicted_buckets"]
+        assert run["predicted_exposed_ms"] is not None and len(buckets) == len(run["buckets"])
+        times = [b["allreduce_ms"] for b in buckets]
+        if run["algorithm"] == "noop":
+            assert run["predicted_exposed_ms"] == 0 and run["prediction_error"] is None
+            continue
+        assert all(t > 0 for t in times)
+        last = noops[run["bucket_mb"], run["dtype"]]["buckets"]
+        ready = [b["rounds"]["ready_ms"][-1] for b in last]
+        if not run["overlap"] or document["cores_shared"]:  # the same bucket sizes every round: the same sum
+            assert run["predicted_exposed_ms"] == pytest.approx(sum(times))
+        else:
+            backward = noops[run["bucket_mb"], run["dtype"]]["rounds"]["backward_ms"][-1]
+            finish = 0.0
+            for r, t in zip(ready, times):
+                finish = max(finish, r) + t
+            assert run["predicted_exposed"]["ci_low"] <= max(finish - backward, 0) <= run["predicted_exposed"]["ci_high"]
+        if not run["overlap"]:
+            stalled = [r + sum(times[:k]) for k, r in enumerate(ready)]
+            assert [b["start_ms"] for b in buckets] == pytest.approx(stalled)
+        measured = statistics.median(run["rounds"]["exposed_ms"])
+        if measured > 0:
+            assert run["prediction_error"] == pytest.approx(run["predicted_exposed_ms"] / measured - 1)
+
+
+@needs_torch
+def test_ddp_logger_and_timeline(two_ranks):
+    """DDP's own logger's backward figures beside ours, for gloo and the hooks; the timeline's
+    picture and its Chrome trace read back: a process per run but noop, a complete event per
+    bucket measured (hook runs) and predicted, the backward pass on its own thread."""
+    _, document, tmp_path = two_ranks
+    for run in document["runs"]:
+        logged = run["ddp_logger"]
+        assert set(logged) == {"backward_compute_ms", "backward_comm_ms", "backward_overlap_ms"}
+        assert logged["backward_compute_ms"] > 0 and 0 <= logged["backward_overlap_ms"]
+        if run["algorithm"] != "noop":
+            assert logged["backward_comm_ms"] > 0
+    assert (tmp_path / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    events = json.loads((tmp_path / "timeline.trace.json").read_text())["traceEvents"]
+    runs = [r for r in document["runs"] if r["algorithm"] != "noop"]
+    names = [e["args"]["name"] for e in events if e["name"] == "process_name"]
+    assert len(names) == len(runs) and names[0] == f"gloo {runs[0]['bucket_mb']:g} MiB {runs[0]['dtype']}"
+    for pid, run in enumerate(runs):
+        mine = [e for e in events if e["pid"] == pid and e["ph"] == "X"]
+        lanes = [[e for e in mine if e["tid"] == tid] for tid in range(3)]
+        assert [e["dur"] for e in lanes[0]] == pytest.approx([run["backward_ms"] * 1e3])
+        assert len(lanes[1]) == (0 if run["algorithm"] == "gloo" else len(run["buckets"]))
+        assert [e["ts"] for e in lanes[2]] == pytest.approx([b["start_ms"] * 1e3 for b in run["predicted_buckets"]])
+        for event, bucket in zip(lanes[1], run["buckets"]):
+            timeline = bucket["timeline_ms"]
+            assert event["ts"] == pytest.approx(timeline["start"] * 1e3) and event["dur"] >= 0
+            assert timeline["ready"] <= timeline["start"] <= timeline["end"]
 
 
 @needs_torch

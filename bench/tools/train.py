@@ -1,7 +1,7 @@
 """``mpiexec -n N python -m bench train``: what all-reduce costs a PyTorch DDP training step, per
 algorithm, bucket size and dtype, measured on a synthetic model in interleaved rounds (every
-figure with its 95% interval, every comparison with gloo paired by round) and set beside a model
-built from the same rounds' measurements.
+figure with its 95% interval, every comparison with gloo paired by round) and set beside its
+prediction from a compute profile and the cost model.
 
 Each configuration trains the same synthetic model (an MLP, or transformer encoder layers) from
 the same parameters under DDP (forward, backward, SGD), its gradients all-reduced by one of: our
@@ -21,47 +21,36 @@ round, then the median and interval of those ratios; where that interval holds 1
 
 Per configuration: step time, compute (the noop run's step of the same bucket cap and dtype, in
 the same round), exposed communication (each round's step - compute), the exposed communication
-over gloo's (paired by round: tie, lower or higher), the 95th percentile of every step, the
-model's step time, busbw of the bucket all-reduces, the share of all-reduce time hidden behind
+over gloo's (paired by round: tie, lower or higher), its prediction and the error, the 95th
+percentile of every step, the step's measured parts, busbw of the bucket all-reduces, the share of all-reduce time hidden behind
 the backward pass (overlap mode), and whether the parameters came out bit for bit the same on
 every rank. Per bucket size of our algorithms, the synchronous hook's time over a bare
 algorithms.allreduce of the same bytes, paired by round, against the target of at most 1.05x:
 met where the interval's upper end is at most 1.05, missed where its lower end is above 1.05,
 undecided by the measurement otherwise.
 
-The model accounts for a step from this run's own measurements; it predicts nothing. With
-all-reduce time T_m a step, E = T_c / (T_c + T_m) when nothing overlaps. A synchronous hook
-blocks the backward pass while it reduces, so step = T_c + the sum of the buckets' all-reduce
-times. DDP's own all-reduce and the overlapping hook send bucket k at max(the time it became
-ready, the end of bucket k-1) while the backward pass goes on; only what ends after the backward
-pass is exposed: step = T_c + exposed (bench scaling's model, bench.tools.scaling.exposed_after).
-Where the ranks of a machine have no core to spare beside their torch threads, an asynchronous
-all-reduce's processor time is taken from the backward pass: the model then counts the share of
-each bucket's time that the all-reduce spends on a processor (its process's CPU time over its
-wall time, measured while timing it) as exposed, and overlaps only the rest, its waiting. Its
-inputs come from the same round: T_c and the time each bucket became ready after the backward
-pass began from the noop run's steps (the hook records when DDP calls it), each bucket's
-all-reduce time from the suite's timing loop on a vector of that bucket's bytes and dtype, right
-after the configuration's steps (gloo's through torch.distributed.all_reduce). The model's step
-is the median over the rounds of each round's.
+The prediction (bench.tools.step_model, docs/training.md) takes the compute profile of the noop
+run of the same bucket cap, dtype and round (its step, the backward time, when each bucket became
+ready) and each bucket's all-reduce time from the cost model (bench model's) on the links of
+--topology, or of a probe of the ranks run first: nothing timed in the run it predicts. A
+synchronous hook stalls the backward pass for every bucket (exposed = the sum of their times);
+DDP's own all-reduce and the overlapping hook send bucket k at max(its ready time, the end of
+bucket k-1), and only what ends after the backward pass is exposed; where a rank has no core to
+spare beside its torch threads, an asynchronous all-reduce's processor work (all of it on one
+node's shared memory) comes out of the backward pass. error: predicted / measured - 1 of the
+exposed time. parts (model_step_ms in -J): the same round's measurements added up, a check.
 
-How overlap is measured, not assumed: the overlapping hook records when it handed each bucket
-over, when its all-reduce started and when it finished. The backward computation ends when the
-last bucket is handed over; the all-reduce time after that is exposed, the rest hidden. The
-hidden column is that share (median over steps, then over rounds; the synchronous hook hides
-none).
+Overlap is measured: the hook records when it got each bucket and when its all-reduce started
+and ended; what ends after the last bucket came is exposed, the rest hidden (the hidden column,
+median over steps, then rounds; --timeline draws them).
 
-Memory: every configuration stays built for all the rounds (its parameters, gradients and DDP's
-buckets: about three times the parameters' bytes a rank each); a sweep of many bucket caps and
-dtypes runs best as one invocation per dtype.
-
-Parameters: a run that all-reduces must leave every rank with bit-identical parameters after
-its last round (SHA-256 of them, gathered); vs gloo is the largest max|p - g| / max|g| over the
-parameters against the gloo run of the same bucket size and dtype (close, not equal: DDP's gloo
-path divides each gradient by the rank count before summing, ours sums, then divides). The noop
-run's parameters differ across ranks by construction (each rank keeps its own gradients). Any
-all-reducing run whose parameters differ is wrong: every run finishes, then one line says
-which, and the exit status is 1 (as nccl-tests' #wrong). Exit status 2: bad flags or settings.
+Parameters: a run that all-reduces must leave every rank with bit-identical parameters after its
+last round; vs gloo is the largest max|p - g| / max|g| over the parameters against the gloo run
+of the same bucket size and dtype (close, not equal: DDP's gloo path divides each gradient by
+the rank count before summing, ours sums, then divides). noop's differ across ranks by
+construction (each rank keeps its own gradients). Any all-reducing run whose parameters differ
+is wrong: every run finishes, then one line says which, and the exit status is 1 (as nccl-tests'
+#wrong). Exit status 2: bad flags or settings.
 """
 
 import argparse
@@ -75,22 +64,28 @@ import algorithms
 from plumbing.cli import Parser
 from plumbing.ending import fail_together
 from plumbing.files import write_json_atomically
+from topology.probe import probe
 
 from ..baselines.gloo import GlooBaseline
 from ..baselines.gloo import problem as gloo_problem
 from ..core.machine import now, results_header
+from ..core.options import shared_topology
 from ..core.startup import refused
 from ..core.timing import interleaved
 from ..formats import stats
 from ..formats.tables import comment, description, epilog, plural, significant
 from .scaling import exposed_after
+from .step_model import Predictor, prediction_fields
 from .train_plot import plot
+from .train_timeline import draw as timeline
+from .train_timeline import trace_path
 
 PROG = "python -m bench train"
 SPECIAL = ("gloo", "noop")
 DTYPE_NAMES = tuple(t.train for t in algorithms.TYPES if t.train)  # from the table of types: fp32, bf16
 VERSION = 2  # of the -J document (2: every figure over rounds, with its interval)
 HOOK_BOUND = 1.05  # the target: the hook at most 5% over a bare all-reduce of the same bytes
+PROBE_BYTES = 4 << 20  # the probe's messages, where no --topology is given
 
 
 def parser():
@@ -125,11 +120,17 @@ def parser():
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the initial parameters (the same on every rank) and of the data (its rank "
                         "added: each rank's own) (default 0)")
+    p.add_argument("--topology", metavar="FILE",
+                   help="the links the prediction models, a bandwidth matrix from python -m topology probe -o FILE "
+                        "(default: a probe of these ranks, 4 MiB messages, before the rounds)")
     p.add_argument("-J", "--json", metavar="FILE",
                    help="write the header and every run as JSON, after every round (default: none)")
     p.add_argument("--plot", metavar="FILE.png",
-                   help="draw step time against bucket size, measured and modelled, with the compute time "
+                   help="draw step time against bucket size, measured and predicted, with the compute time "
                         "(default: none)")
+    p.add_argument("--timeline", metavar="FILE.png",
+                   help="draw each run's buckets against the backward pass, measured beside predicted, and write "
+                        "them as a Chrome trace, FILE.trace.json (default: none)")
     return p
 
 
@@ -202,9 +203,9 @@ def specs(algos, buckets, dtypes, overlaps, ts):
 
 # ---------------------------------------------------------------- text
 
-TIMES = ("algorithm", "bucket", "dtype", "step", "exposed", "exposed/gloo")  # compute: noop's step, a row of its own
-TIMES_UNITS = ("", "(MiB)", "", "(ms)", "(ms)", "")
-CHECKS = ("algorithm", "bucket", "dtype", "p95", "model", "busbw", "hidden", "params", "vs gloo")
+TIMES = ("algorithm", "bucket", "dtype", "step", "exposed", "predicted", "error", "exposed/gloo")  # compute: noop's
+TIMES_UNITS = ("", "(MiB)", "", "(ms)", "(ms)", "(ms)", "", "")
+CHECKS = ("algorithm", "bucket", "dtype", "p95", "parts", "busbw", "hidden", "params", "vs gloo")
 CHECKS_UNITS = ("", "(MiB)", "", "(ms)", "(ms)", "(GB/s)", "", "", "")
 
 
@@ -246,7 +247,11 @@ def label(run):
 def time_cells(run):
     """The cells of a run's row in the table of times ("tie" after a ratio whose interval holds 1)."""
     ratio = run["exposed_vs_gloo"]
-    return (label(run), f"{run['bucket_mb']:g}", run["dtype"], span(run["step"]), span(run["exposed"]), span(ratio, "x") + (" tie" if ratio and ratio["verdict"] == "tie" else ""))
+    error = run.get("prediction_error")
+    return (label(run), f"{run['bucket_mb']:g}", run["dtype"], span(run["step"]), span(run["exposed"]),
+            number(run["predicted_exposed_ms"]) if run.get("predicted_exposed_ms") is not None else "-",
+            "-" if error is None else f"{error * 100:+.0f}%" + (" in" if run["prediction_within"] else ""),
+            span(ratio, "x") + (" tie" if ratio and ratio["verdict"] == "tie" else ""))
 
 
 def check_cells(run):
@@ -275,8 +280,12 @@ def header_lines(doc):
         "where its interval holds 1",
         "noop: no all-reduce (compute only); gloo: DDP's own all-reduce (asynchronous); +ovl: our hook on a "
         "communication thread; hidden: its all-reduce time before the backward pass ended, from its records",
-        "model: compute + the buckets' all-reduces timed alone, sent as DDP sends them, each round from that "
-        "round's measurements: an account of this run's step, not a prediction",
+        f"predicted: the exposed communication from the noop run's compute profile of the same round (compute, "
+        f"backward, each bucket's ready time) and the cost model of each algorithm on {doc['predicted_from']}, nothing "
+        "timed in the run predicted; gloo as DDP's ring, asynchronous; error: predicted / measured - 1, 'in' where "
+        "the prediction lies in the measured interval",
+        "parts: compute + the buckets' all-reduces timed alone in the same round, sent as DDP sends them: an account "
+        "of the run's step (a consistency check), not a prediction",
     ]
     held = stats.coverage(doc["rounds"])
     if held < stats.LEVEL:
@@ -284,7 +293,8 @@ def header_lines(doc):
                      f"range of the rounds and holds the median with {held * 100:.1f}%; 6 rounds reach 95%")
     if doc["cores_shared"]:
         texts.append(f"cores shared: {doc['cores_shared']}: an asynchronous all-reduce's processor time comes out of "
-                     "the backward pass; the model counts that part (its CPU share, measured) as exposed")
+                     "the backward pass; the prediction counts its processor work as exposed, the parts its measured CPU "
+                     "share")
     if crowded:
         texts.append(f"warning: {crowded}: the times measure the scheduler as much as the all-reduces")
     return [comment(text) for text in texts]
@@ -330,7 +340,7 @@ def hook_lines(runs, listed=8):
 def summary_lines(runs):
     """The summary's lines, and the all-reducing runs whose parameters differ across ranks."""
     texts = ["", "Summary: per bucket cap and dtype, the compute time, the fastest all-reduce's step (and those that "
-                 "tie with it), its efficiency E = compute / step and its model over its step, paired by round"]
+                 "tie with it), its efficiency E = compute / step, predicted and measured, paired by round"]
     groups = {}
     for run in runs:
         groups.setdefault((run["bucket_mb"], run["dtype"]), []).append(run)
@@ -343,10 +353,10 @@ def summary_lines(runs):
         best, ties = stats.fastest({name: r["rounds"]["step_ms"] for name, r in reducing.items()})
         run = reducing[best]
         efficiency = stats.paired_ratio(run["rounds"]["compute_ms"], run["rounds"]["step_ms"]).as_dict()
-        model = stats.paired_ratio(run["rounds"]["model_step_ms"], run["rounds"]["step_ms"]).as_dict()
         tied = f" (tie: {', '.join(ties[1:])})" if len(ties) > 1 else ""
         texts.append(f"{head}; fastest {best} {span(run['step'])} ms a step{tied}, {span(run['exposed'])} ms exposed, "
-                     f"E = {span(efficiency)}; its model {span(run['model_step'])} ms, {span(model, 'x')} of the step")
+                     f"E = {span(efficiency)}" + (f", predicted {span(run['predicted_efficiency'])}"
+                                                  if run.get("predicted_efficiency") else ""))
     texts += hook_lines(runs)
     if any(r["algorithm"] == "noop" and not r["params_identical"] for r in runs):
         texts.append("noop's parameters differ across ranks by construction: each rank keeps its own gradients")
@@ -397,7 +407,7 @@ def bucket_entries(spec, rounds, reference, size):
             else None
         if hooked:
             per["hook_ms"] = [next(r["hook_ms"] for r in one["buckets"] if r["index"] == index) for one in rounds]
-            row["hook_ms"] = stats.median(per["hook_ms"])
+            row["hook_ms"], row["timeline_ms"] = stats.median(per["hook_ms"]), b["timeline_ms"]
         hook = [one["hooked"][nbytes] for one in rounds]
         row["hook_over_bare"] = None
         if None not in hook:  # our algorithms: the synchronous hook timed alone, in turn with the bare all-reduce
@@ -410,7 +420,7 @@ def bucket_entries(spec, rounds, reference, size):
     return made
 
 
-def entry(spec, rounds, reference, gloo, shared, size):
+def entry(spec, rounds, reference, gloo, shared, size, predictor=None):
     """One run's entry of the -J document from what each round measured (``rounds``:
     :meth:`train_step.Run.round`'s, one a round), beside the rounds of the noop run of the same
     bucket cap and dtype (``reference``; None for the noop run itself) and of its gloo run
@@ -452,6 +462,7 @@ def entry(spec, rounds, reference, gloo, shared, size):
         "overlap_reached": None if None in overlaps else stats.median(overlaps),
         "step_vs_gloo": None, "exposed_vs_gloo": None, "params_identical": None, "vs_gloo_max_rel_diff": None,
         "rounds": per})
+    made.update(prediction_fields(predictor, spec, reference, exposed))
     if gloo is not None:
         gloo_step = [stats.median(one["steps_s"]) * 1e3 for one in gloo]
         for name, mine, theirs in (("step", step, gloo_step),
@@ -461,15 +472,15 @@ def entry(spec, rounds, reference, gloo, shared, size):
     return made
 
 
-def entries(configs, measured, shared, size, pick):
+def entries(configs, measured, shared, size, pick, predictor=None):
     """Every run's entry (:func:`entry`) from ``measured`` ({spec: its rounds so far}); ``pick(bytes,
-    dtype)``: what auto runs for a bucket."""
+    dtype)``: what auto runs for a bucket; ``predictor``: a :class:`step_model.Predictor`."""
     made = []
     for spec in configs:
         group = {s.algorithm: measured[s] for s in configs if (s.bucket_mb, s.dtype) == (spec.bucket_mb, spec.dtype)}
         ours = spec.algorithm not in SPECIAL
         made.append(entry(spec, measured[spec], None if spec.algorithm == "noop" else group["noop"],
-                          group.get("gloo") if ours else None, shared, size))
+                          group.get("gloo") if ours else None, shared, size, predictor))
         if spec.algorithm == "auto":
             for b in made[-1]["buckets"]:
                 b["auto_picked"] = pick(b["bytes"], spec.dtype)
@@ -491,9 +502,18 @@ def main(argv=None):
     from . import train_step as ts  # needs torch
     torch.set_num_threads(args.threads)
     ours = [a for a in algos if a not in SPECIAL]
-    if refused(comm, PROG, [p for p in (args.json, args.plot) if p], tuning="auto" in ours):
+    outputs = [p for p in (args.json, args.plot, args.timeline, args.timeline and trace_path(args.timeline)) if p]
+    if refused(comm, PROG, outputs, tuning="auto" in ours):
         return 2
     if fail_together(comm, PROG, probe_problem(comm, ours, dtypes, ts)):
+        return 2
+    matrix, problem = None, None
+    if args.topology:
+        try:
+            matrix = shared_topology(comm, args.topology)
+        except ValueError as exc:
+            problem = f"--topology: {exc}"
+    if fail_together(comm, PROG, problem):
         return 2
     model = ts.Model(args.model, args.layers, args.width, args.batch, args.seed)
     shared = ts.shared_cores(comm, args.threads)
@@ -504,14 +524,20 @@ def main(argv=None):
            "model": {"kind": args.model, "layers": args.layers, "width": args.width, "batch": args.batch,
                      "seed": args.seed, "parameters": count, "fp32_gradient_bytes": count * 4, "description": text},
            "cores_shared": shared, "complete": False, "runs": []}
-    rank0 = comm.Get_rank() == 0
-    if rank0:
-        print("\n".join(header_lines(doc)), flush=True)
     size = comm.Get_size()
 
     def pick(nbytes, dtype):
         return algorithms.auto.choice(nbytes, ts.DTYPES[dtype][1], comm=comm)[0]
 
+    if matrix is None:
+        matrix = probe(comm, PROBE_BYTES, reps=3, warmup=1)
+    predictor = Predictor(matrix, pick, shared is not None)
+    doc["predicted_from"] = (f"the links of {args.topology}" if args.topology else
+                             f"a probe of these ranks ({PROBE_BYTES >> 20} MiB messages)") + \
+        f", {plural(matrix.node_count, 'node')}"
+    rank0 = comm.Get_rank() == 0
+    if rank0:
+        print("\n".join(header_lines(doc)), flush=True)
     configs = specs(algos, buckets, dtypes, overlaps, ts)
     measured = {spec: [] for spec in configs}
     runs = {}
@@ -526,7 +552,7 @@ def main(argv=None):
         def measure(spec, index):
             measured[spec].append(runs[spec].round(args.steps))
             if all(len(rounds) == index + 1 for rounds in measured.values()):  # the round's last
-                doc["runs"] = entries(configs, measured, shared, size, pick)
+                doc["runs"] = entries(configs, measured, shared, size, pick, predictor)
                 if rank0:
                     print(comment(f"round {index + 1} of {args.rounds}: {time.perf_counter() - began:.1f} s"),
                           flush=True)
@@ -541,6 +567,7 @@ def main(argv=None):
             if spec.algorithm == ts.GLOO:
                 gloo_params[key] = parameters
             run["rounds"]["place"] = places[spec]
+            run["ddp_logger"] = runs[spec].ddp_logger()
             run["params_identical"] = ts.identical(comm, parameters)
             if key in gloo_params and spec.algorithm not in SPECIAL:
                 run["vs_gloo_max_rel_diff"] = ts.max_rel_diff(comm, parameters, gloo_params[key])
@@ -562,9 +589,10 @@ def main(argv=None):
         if args.json:
             write_json_atomically(args.json, {**doc, "end_time": now()})
             print(f"# wrote {args.json}")
-        if args.plot:
-            plot(doc, args.plot)
-            print(f"# wrote {args.plot}")
+        for picture, draw_it in ((args.plot, plot), (args.timeline, timeline)):
+            if picture:
+                draw_it(doc, picture)
+                print(f"# wrote {picture}" + (f" and {trace_path(picture)}" if draw_it is timeline else ""))
         if wrong:
             sys.stderr.write(f"{PROG}: error: parameters differ across ranks after all-reducing: "
                              f"{', '.join(doc['wrong'])}\n")

@@ -1,9 +1,8 @@
 """``python -m bench train --plot FILE.png``: step time against DDP's bucket cap (log x), one colour
 per all-reduce: measured (solid, markers, the bars its 95% interval over the rounds) beside the
-model built from the same rounds' measurements (dashed, same colour), and the compute time (each
-bucket cap's noop run) as a dotted black line.
-One panel per dtype. The model: E = T_c / (T_c + exposed), exposed communication as
-:func:`bench.tools.scaling.exposed_after` computes it (see :mod:`bench.tools.train`)."""
+prediction from the noop run's compute profile and the cost model (dashed, same colour; none
+where the model has no schedule), and the compute time (each bucket cap's noop run) as a dotted
+black line. One panel per dtype (see :mod:`bench.tools.step_model`)."""
 
 from plumbing.files import save_figure_atomically
 
@@ -11,7 +10,7 @@ from ..formats.tables import significant
 
 
 def curves(runs):
-    """{dtype: {label: [(bucket MiB, measured ms, model ms, the measured interval's low and high ms)]}}
+    """{dtype: {label: [(bucket MiB, measured ms, predicted ms or None, the measured interval's low and high ms)]}}
     sorted by bucket, noop apart as {dtype: [(bucket MiB, compute ms)]}."""
     series, compute = {}, {}
     for run in runs:
@@ -20,7 +19,7 @@ def curves(runs):
             continue
         label = run["algorithm"] + (" (overlap)" if run["overlap"] and run["algorithm"] != "gloo" else "")
         series.setdefault(run["dtype"], {}).setdefault(label, []).append(
-            (run["bucket_mb"], run["step_ms"], run["model_step_ms"], run["step"]["ci_low"],
+            (run["bucket_mb"], run["step_ms"], run.get("predicted_step_ms"), run["step"]["ci_low"],
              run["step"]["ci_high"]))
     return {d: {k: sorted(v) for k, v in s.items()} for d, s in series.items()}, {d: sorted(v) for d, v in compute.items()}
 
@@ -45,8 +44,10 @@ def plot(document, output):
             below, above = [p[1] - p[3] for p in points], [p[4] - p[1] for p in points]
             ax.errorbar(buckets, [p[1] for p in points], yerr=[below, above], marker="o", color=colour, capsize=3,
                         label=f"{label}, measured [95% interval]")
-            ax.plot(buckets, [p[2] for p in points], linestyle="--", marker="x", color=colour, alpha=0.8,
-                    label=f"{label}, model")
+            predicted = [(p[0], p[2]) for p in points if p[2] is not None]
+            if predicted:
+                ax.plot([p[0] for p in predicted], [p[1] for p in predicted], linestyle="--", marker="x", color=colour,
+                        alpha=0.8, label=f"{label}, predicted")
         if dtype in compute:  # each bucket cap's noop run; one alone spans the axis
             points = compute[dtype]
             if len(points) == 1:

@@ -52,6 +52,9 @@ SEQUENCE = 32  # tokens per sample of the transformer
 BATCHES = 4  # distinct batches per rank, cycled
 MOST_ITERS = 20  # cap on the iterations of one bucket size's timing loop
 TURN_SECONDS = 0.05  # and on its length: a bucket over a slow network takes fewer
+#: DDP's logger: our names -> its fields (nanoseconds)
+DDP_LOGGER = {"backward_compute_ms": "avg_backward_compute_time", "backward_comm_ms": "avg_backward_comm_time",
+              "backward_overlap_ms": "avg_backward_compute_comm_overlap_time"}
 REPEATS = 2  # turns of that loop a round, the order of bare and hook swapped between them, the median kept
 
 
@@ -220,6 +223,17 @@ class Run:
         once = comm.allreduce(time.perf_counter() - began, op=MPI.MAX)
         return calls, max(1, min(iterations_for(nbytes), MOST_ITERS, int(TURN_SECONDS / max(once, 1e-9))))
 
+    def ddp_logger(self):
+        """DDP's own record of its backward pass (``DistributedDataParallel._get_ddp_logging_data``,
+        averages over the steps it samples: the first ten and every hundredth, the warm-up's
+        included), in ms, the slowest rank's (collective): "backward_compute_ms" (from the
+        backward pass's start to its end), "backward_comm_ms" (from the first bucket's all-reduce
+        start to the last one's end) and "backward_overlap_ms" (the part of the two that overlaps)."""
+        data = self.ddp._get_ddp_logging_data()
+        mine = {name: data.get(key, 0) / 1e6 for name, key in DDP_LOGGER.items()}
+        every = self.comm.allgather(mine)
+        return {name: max(rank[name] for rank in every) for name in DDP_LOGGER}
+
     def parameters(self):
         """The module's parameters (after the last round); where BENCH_TRAIN_DISTURB_RANK names
         this rank, an all-reducing run's first one is changed first."""
@@ -239,7 +253,9 @@ def bucket_rows(comm, calls, begun):
     """Per bucket, in the order DDP handed them over: {"index", "bytes", "ready_ms" (after the
     backward pass began; median over steps, the latest rank), "hook_ms" (the all-reduce's time inside
     the hook; median over steps, the least over ranks: the rank that came last waited for no
-    other)}, and the backward time in ms (the last bucket's ready time)."""
+    other), "timeline_ms" ({"ready", "start", "end"}: when it was handed over and its all-reduce
+    started and ended after the backward pass began, in the last step, on rank 0)}, and the backward time in ms (the last
+    bucket's ready time)."""
     if not calls or not calls[-1]:
         return [], None
     order = [c.index for c in calls[-1]]
@@ -251,11 +267,14 @@ def bucket_rows(comm, calls, begun):
         for c in made:
             ready[c.index].append((c.called - start) * 1e3)
             took[c.index].append(c.seconds * 1e3)
-    mine = [(statistics.median(ready[i]), statistics.median(took[i])) for i in order]
+    last = {c.index: tuple((t - begun[-1]) * 1e3 for t in (c.called, c.started, c.finished)) for c in calls[-1]}
+    mine = [(statistics.median(ready[i]), statistics.median(took[i]), *last[i]) for i in order]
     every = comm.allgather(mine)
     sizes = {c.index: c.nbytes for c in calls[-1]}
     rows = [{"index": i, "bytes": sizes[i], "ready_ms": max(r[k][0] for r in every),
-             "hook_ms": min(r[k][1] for r in every)} for k, i in enumerate(order)]
+             "hook_ms": min(r[k][1] for r in every),
+             "timeline_ms": dict(zip(("ready", "start", "end"), every[0][k][2:]))}
+            for k, i in enumerate(order)]
     return rows, max(r["ready_ms"] for r in rows)
 
 

@@ -1,0 +1,71 @@
+"""bench.tools.step_model against closed forms on synthetic compute profiles."""
+
+import pytest
+
+from algorithms.costs import cost_model
+from bench.tools.step_model import Profile, predict, processor_share
+from topology.model import Network
+
+
+def constant(seconds):
+    return lambda nbytes: seconds
+
+
+def test_one_bucket_ready_at_the_end_is_exposed_whole_either_way():
+    profile = Profile(0.300, 0.200, ((16 << 20, 0.200),))
+    for overlapped in (False, True):
+        made = predict(profile, constant(0.050), overlapped)
+        assert made.exposed_s == pytest.approx(0.050) and made.step_s == pytest.approx(0.350)
+        assert made.efficiency == pytest.approx(0.300 / 0.350)
+        assert made.spans == [pytest.approx((0.200, 0.250))]
+
+
+def test_buckets_all_ready_at_the_end_expose_their_sum():
+    profile = Profile(0.300, 0.200, tuple((1 << 20, 0.200) for _ in range(4)))
+    sync, overlapped = (predict(profile, constant(0.010), o) for o in (False, True))
+    assert sync.exposed_s == pytest.approx(0.040) == overlapped.exposed_s
+    assert [end for _, end in overlapped.spans] == pytest.approx([0.210, 0.220, 0.230, 0.240])
+
+
+def test_buckets_that_end_before_the_backward_pass_are_hidden():
+    """Four buckets ready at 20, 40, 60 and 80 ms of a 100 ms backward pass, 10 ms each: nothing
+    exposed when overlapped, E = 1; all 40 ms when synchronous, each stalling the pass."""
+    profile = Profile(0.150, 0.100, ((1 << 20, 0.020), (1 << 20, 0.040), (1 << 20, 0.060), (1 << 20, 0.080)))
+    overlapped = predict(profile, constant(0.010), True)
+    assert overlapped.exposed_s == 0 and overlapped.efficiency == 1
+    sync = predict(profile, constant(0.010), False)
+    assert sync.exposed_s == pytest.approx(0.040) and sync.step_s == pytest.approx(0.190)
+    assert sync.spans == [pytest.approx(s) for s in ((0.020, 0.030), (0.050, 0.060), (0.080, 0.090), (0.110, 0.120))]
+
+
+def test_a_queue_of_buckets_exposes_what_ends_after_the_pass():
+    """Three 30 ms buckets ready at 10, 20 and 90 ms of a 100 ms pass: they run 10-40, 40-70 and
+    90-120 ms: 20 ms exposed."""
+    profile = Profile(0.200, 0.100, ((1, 0.010), (1, 0.020), (1, 0.090)))
+    made = predict(profile, constant(0.030), True)
+    assert made.spans == [pytest.approx(s) for s in ((0.010, 0.040), (0.040, 0.070), (0.090, 0.120))]
+    assert made.exposed_s == pytest.approx(0.020)
+
+
+def test_on_shared_cores_the_processor_work_is_exposed():
+    """On one node (every byte copied and reduced by the processor) with no core to spare, the
+    overlapped all-reduce takes its time out of the backward pass: the synchronous exposure;
+    across nodes the wire time still hides."""
+    profile = Profile(0.150, 0.100, ((1 << 20, 0.020), (1 << 20, 0.040)))
+    one_node = predict(profile, constant(0.010), True, shared=True, share=processor_share(single_node=True))
+    assert one_node.exposed_s == pytest.approx(0.020)
+    nodes = predict(profile, constant(0.010), True, shared=True, share=processor_share(single_node=False))
+    assert nodes.exposed_s == 0
+
+
+@pytest.mark.parametrize("ranks", [2, 4, 8])
+def test_a_nic_bound_network_gives_the_rings_closed_form(ranks):
+    """One rank a node behind 1 GB/s NICs and 10 us links: the ring's bucket of M bytes takes
+    2(N-1)/N M/beta + 2(N-1) alpha, and a 64 MiB bucket ready at the end of a 100 ms pass is
+    all exposed."""
+    model = cost_model(Network.uniform(ranks, 1.0, 10.0))
+    nbytes = 64 << 20
+    closed = 2 * (ranks - 1) / ranks * nbytes / 1e9 + 2 * (ranks - 1) * 10e-6
+    assert model.time("ring", nbytes) == pytest.approx(closed, rel=1e-6)
+    made = predict(Profile(0.300, 0.100, ((nbytes, 0.100),)), lambda b: model.time("ring", b), True)
+    assert made.exposed_s == pytest.approx(closed, rel=1e-6)
