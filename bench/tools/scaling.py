@@ -60,10 +60,19 @@ def exposed_after(ready, seconds, backward, blocking=False):
     takes the compute time plus this (efficiency E = T_c / (T_c + exposed))."""
     if blocking:
         return float(sum(seconds))
-    finish = 0.0
+    spans = queued(ready, seconds)
+    return max(spans[-1][1] - backward, 0.0) if spans else 0.0
+
+
+def queued(ready, seconds):
+    """(start, end) of each bucket's all-reduce when they go out one after another: bucket k at
+    max(``ready[k]``, the end of bucket k-1), taking ``seconds[k]``."""
+    spans, finish = [], 0.0
     for when, took in zip(ready, seconds):
-        finish = max(finish, when) + took
-    return max(finish - backward, 0.0)
+        start = max(finish, when)
+        finish = start + took
+        spans.append((start, finish))
+    return spans
 
 
 def exposed_time(bucket_time, buckets, backward):

@@ -28,7 +28,7 @@ communication (Hoefler's "communication overhead"; the seed's E).
 from dataclasses import dataclass, field
 
 from ..formats import stats
-from .scaling import exposed_after
+from .scaling import exposed_after, queued
 
 
 @dataclass(frozen=True)
@@ -88,16 +88,11 @@ def predict(profile, allreduce_seconds, overlapped, shared=False, share=1.0):
         made.exposed_s = sum(times)
     else:
         taken = share if shared else 0.0
-        finish = 0.0
-        for when, took in zip(ready, times):  # one after another, each as long as it takes
-            start = max(finish, when)
-            finish = start + took
-            made.spans.append((start, finish))
+        made.spans = queued(ready, times)  # one after another, each as long as it takes
         made.exposed_s = sum(t * taken for t in times) + exposed_after(ready, [t * (1 - taken) for t in times],
                                                                        profile.backward_s)
     made.step_s = profile.compute_s + made.exposed_s
     return made
-
 
 
 class Predictor:
@@ -112,7 +107,6 @@ class Predictor:
 
         self.model, self.schedules, self.pick, self.shared = cost_model(matrix), SCHEDULES, pick, shared
         self.share = processor_share(matrix.node_count == 1)
-        self.nodes = matrix.node_count
 
     def allreduce_seconds(self, algorithm, dtype):
         """``seconds(nbytes)`` of one bucket's all-reduce, or None where the model has no schedule."""

@@ -254,8 +254,8 @@ def bucket_rows(comm, calls, begun):
     backward pass began; median over steps, the latest rank), "hook_ms" (the all-reduce's time inside
     the hook; median over steps, the least over ranks: the rank that came last waited for no
     other), "timeline_ms" ({"ready", "start", "end"}: when it was handed over and its all-reduce
-    started and ended after the backward pass began, in the last step, on rank 0)}, and the backward time in ms (the last
-    bucket's ready time)."""
+    started and ended after the backward pass began, in the last step, on rank 0)}, and the
+    backward time in ms (the last bucket's ready time)."""
     if not calls or not calls[-1]:
         return [], None
     order = [c.index for c in calls[-1]]
