@@ -12,7 +12,11 @@ import time
 import numpy as np
 import pytest
 
-from bench.lab import network
+from algorithms.costs import cost_model
+from bench.lab import experiments, network
+from bench.lab.__main__ import main as lab_main
+from topology import BandwidthMatrix
+from topology.model import Network
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REASON = network.requirements()
@@ -288,6 +292,29 @@ def test_ranks_of_a_node_share_memory_and_bytes_between_nodes_cross_the_links():
             assert classes["lo"] < 64 << 10, phase
 
 
+def test_the_configured_network_is_the_labs_shape_as_a_matrix():
+    """2 racks of 2 nodes, NICs and links 200 Mbit/s, uplinks 200 (2:1), node 2's NIC at 50: every
+    rate x goodput in GB/s, the ports, racks and uplinks; the ring on it (one flow each way through
+    each uplink, node 2's NIC the slowest port) takes the closed form 2(N-1)/N M/beta_min + 2(N-1) alpha."""
+    rates = np.full((4, 4), 200.0)
+    lab = network.Lab("arlab", rates, network.DEFAULT_SUBNET, nic_mbit=network.slow_nic(200, 4, 2, 50),
+                      **network.oversubscribed(4, 2, 200, 2))
+    matrix = experiments.configured_matrix(lab.shape(), alpha_us=40.0)
+    gbps = 200 * network.GOODPUT / 8000
+    assert matrix.size == 4 and matrix.nodes == [0, 1, 2, 3] and matrix.racks == [0, 0, 1, 1]
+    off = ~np.eye(4, dtype=bool)  # the diagonal is zero in every matrix file
+    assert np.allclose(matrix.bandwidth[off], gbps) and np.allclose(matrix.latency[off], 40.0)
+    assert np.allclose(matrix.ports["egress"], [gbps, gbps, gbps / 4, gbps])
+    assert np.allclose(matrix.uplinks["up"], [gbps, gbps]) and np.allclose(matrix.uplinks["down"], [gbps, gbps])
+    nbytes = 16 << 20
+    closed = 2 * 3 / 4 * nbytes / (gbps / 4 * 1e9) + 2 * 3 * 40e-6
+    assert cost_model(Network.from_matrix(matrix)).time("ring", nbytes) == pytest.approx(closed, rel=1e-6)
+    two = network.Lab("arlab", np.full((2, 2), 200.0), network.DEFAULT_SUBNET, ranks_per_node=2).shape()
+    within = experiments.configured_matrix(two)
+    assert within.nodes == [0, 0, 1, 1] and within.bandwidth[0, 1] == experiments.LAB_INTRA_GBPS
+    assert within.ports is None and within.racks is None
+
+
 @needs_lab
 def test_a_nic_caps_the_total_of_a_nodes_links():
     """NICs and links of 200 Mbit/s: one pair reaches the link; one node sending to 2 others, and
@@ -310,7 +337,7 @@ def test_a_nic_caps_the_total_of_a_nodes_links():
 
 
 @needs_lab
-def test_a_rack_uplink_caps_the_traffic_between_racks():
+def test_a_rack_uplink_caps_the_traffic_between_racks(tmp_path):
     """2 racks of 2 nodes, NICs and links 200 Mbit/s, 2:1 (uplinks 200): two pairs across the
     racks total the uplink; two pairs within the racks total twice it."""
     tag = f"q{os.getpid() % 100000}"
@@ -322,6 +349,9 @@ def test_a_rack_uplink_caps_the_traffic_between_racks():
         up = lab.uplink_bytes()
         within = rate_of(lab, [(0, 1), (2, 3)], 2 * expected)
         assert (lab.uplink_bytes() - up)[:, 0].max() < 1 << 20  # within a rack: nothing went up
+        assert lab_main(["--tag", tag, "network", "-o", str(tmp_path / "net.json")]) == 0
+        written = BandwidthMatrix.load(tmp_path / "net.json")
+        assert written.to_json() == experiments.configured_matrix(lab.shape()).to_json()
     finally:
         network.down(tag)
     assert leftovers(tag) == []

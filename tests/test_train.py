@@ -21,7 +21,8 @@ from conftest import ROOT, run_mpi
 
 from bench.baselines.gloo import problem as gloo_problem
 from bench.formats.stats import Interval, paired_ratio, verdict
-from bench.tools.scaling import exposed_after, exposed_time
+from bench.tools.scaling import exposed_time
+from bench.tools.step_model import exposed_after
 from bench.tools.train import hook_target
 
 needs_torch = pytest.mark.skipif(gloo_problem() is not None, reason=gloo_problem() or "")
@@ -422,26 +423,40 @@ def test_exposed_communication_model():
 @needs_torch
 def test_scaling_takes_its_inputs_from_bench_train(two_ranks):
     """With --alpha-us 0, ring's time for a bucket of b bytes on N ranks is 2(N-1)/N b / beta; the exposed
-    time recomputed here from the document's first noop run matches the table's."""
+    time recomputed here from the document's noop run matches the table's, overlapped (buckets one after
+    another from their ready times) and synchronous (their sum); --cores 1 makes 8 ranks compute 4x
+    slower than 2 (max(1, 8/1) / max(1, 2/1)); --check sets the document's own measured steps beside."""
     _, document, tmp_path = two_ranks
     path = tmp_path / "train.json"
     noop = document["runs"][0]
     beta = 0.001  # GB/s: slow enough that the buckets queue
     proc = subprocess.run([sys.executable, "-m", "bench", "scaling", "--train", str(path), "--ranks", "2,8",
-                           "--algo", "ring", "--alpha-us", "0", "--beta-GBps", str(beta)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+                           "--algo", "ring", "--alpha-us", "0", "--beta-GBps", str(beta), "--check", str(path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert "measured by python -m bench train" in proc.stdout
-    assert f"T_c {noop['compute_ms'] / 1e3:.4g} s" in proc.stdout
+    assert f"compute profiles from {path}: 2 ranks" in proc.stdout
+    rows = {tuple(line.split()[:5]): line.split() for line in proc.stdout.splitlines() if line.split()[:1] == ["ring"]}
+    compute = noop["compute_ms"] / 1e3
     for n in (2, 8):
-        finish = 0.0
+        finish, total = 0.0, 0.0
         for bucket in sorted(noop["buckets"], key=lambda b: b["ready_ms"]):
-            finish = max(finish, bucket["ready_ms"] / 1e3) + 2 * (n - 1) / n * bucket["bytes"] / (beta * 1e9)
-        exposed = max(finish - noop["backward_ms"] / 1e3, 0)
-        row = next(line.split() for line in proc.stdout.splitlines() if line.split()[:2] == ["ring", str(n)])
-        assert float(row[3]) == pytest.approx(exposed, abs=1e-4)
-        assert float(row[4].rstrip("%")) == pytest.approx(
-            100 * noop["compute_ms"] / 1e3 / (noop["compute_ms"] / 1e3 + exposed), abs=0.06)
+            took = 2 * (n - 1) / n * bucket["bytes"] / (beta * 1e9)
+            finish, total = max(finish, bucket["ready_ms"] / 1e3) + took, total + took
+        for mode, exposed in (("overlap", max(finish - noop["backward_ms"] / 1e3, 0)), ("sync", total)):
+            row = rows["ring", mode, noop["dtype"], f"{noop['bucket_mb']:g}", str(n)]
+            assert float(row[5]) == pytest.approx(total, abs=1e-4)
+            assert float(row[6]) == pytest.approx(exposed, abs=1e-4)
+            assert float(row[7]) == pytest.approx(compute + exposed, abs=1e-4)
+            assert float(row[8].rstrip("%")) == pytest.approx(100 * compute / (compute + exposed), abs=0.06)
+            assert (len(row) > 10) == (n == 2)  # the measured step only where the document's ranks are
+    measured = next(r for r in document["runs"] if r["algorithm"] == "ring" and not r["overlap"])
+    row = rows["ring", "sync", measured["dtype"], f"{measured['bucket_mb']:g}", "2"]
+    assert float(row[10]) == pytest.approx(measured["step"]["median"] / 1e3, abs=1e-4)
+    slow = subprocess.run([sys.executable, "-m", "bench", "scaling", "--train", str(path), "--ranks", "8", "--cores", "1",
+                           "--algo", "ring", "--alpha-us", "0", "--beta-GBps", "1e6"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    row = next(line.split() for line in slow.stdout.splitlines() if line.split()[:2] == ["ring", "sync"])
+    assert float(row[7]) == pytest.approx(4 * compute, abs=1e-4)  # the table prints 4 decimals
     bad = subprocess.run([sys.executable, "-m", "bench", "scaling", "--train", str(ROOT / "setup.cfg")], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and re.match(r"python -m bench scaling: --train .*setup.cfg: not JSON", bad.stderr)

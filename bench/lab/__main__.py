@@ -6,6 +6,8 @@
         --nodes K --ranks-per-node R [--nic-mbit X] [--racks N --oversubscription RATIO]
         [--slow-nic NODE:MBIT] [--slow-pair A:B:MBIT]
   down  remove exactly what ``up`` created (by its state file)
+  network -o FILE [--alpha-us A]   write the lab's configured network as a matrix file
+        (python -m bench scaling --topology, python -m bench train --topology)
   exec  -- ARGS...   run ``python ARGS`` as one MPI job, R ranks in each node's namespace
   run   [--only NAME ...] [--sizes 8M,...] [--probe-bytes 8M] [--iters N]
                       every experiment, lab up and down around each
@@ -176,6 +178,11 @@ def main(argv=None):
     u.add_argument("--subnet", default=network.DEFAULT_SUBNET,
                    help=f"IPv4 subnet of the namespaces' addresses (default {network.DEFAULT_SUBNET})")
     sub.add_parser("down", help="remove what 'up' created")
+    w = sub.add_parser("network", help="write the configured network of the lab that is up as a matrix file")
+    w.add_argument("-o", "--output", required=True, help="the JSON file to write (required)")
+    w.add_argument("--alpha-us", type=float, default=experiments.LAB_ALPHA_US,
+                   help=f"start-up time of every message, in us: the lab adds no delay (default "
+                        f"{experiments.LAB_ALPHA_US:g}, what its probes measure)")
     e = sub.add_parser("exec", help="run python ARGS as one MPI job, the lab's ranks per node in each namespace")
     e.add_argument("args", nargs=argparse.REMAINDER, help="-- then the arguments of python, e.g. -- -m bench -b 8M")
     r = sub.add_parser("run", help="every experiment; writes results/lab/")
@@ -194,6 +201,12 @@ def main(argv=None):
         if args.command == "down":
             removed = network.down(args.tag, args.owner)
             print(f"lab {args.tag}: removed {', '.join(removed) if removed else 'nothing (not up)'}")
+            return 0
+        if args.command == "network":
+            matrix = experiments.configured_matrix(network.load(args.tag).shape(), args.alpha_us)
+            matrix.save(args.output)
+            print(f"lab {args.tag}: wrote its configured network ({matrix.size} ranks, {matrix.node_count} nodes) "
+                  f"to {args.output}")
             return 0
         reason = network.requirements()
         if reason:

@@ -61,6 +61,8 @@ MPICH_RSAG = "mpi:reduce_scatter_allgather"
 # links measured up to 14% low: four busy-polling ranks on two cores starve the TCP stack.)
 _SEED = seed_example().bandwidth[np.ix_([0, 2, 1, 3], [0, 2, 1, 3])] * 50
 
+LAB_ALPHA_US = 50.0  # a message's start-up between the lab's namespaces, as its probes measure it (30-80 us)
+LAB_INTRA_GBPS = 2.0  # two ranks of one namespace over MPICH's shared memory, as the probes measure it
 NIC_MBIT = 200.0  # every node's NIC in the node shapes; links between nodes as fast
 
 
@@ -131,6 +133,30 @@ def expected_rates(shape):
         cross = np.not_equal.outer(racks, racks)
         lone = np.where(cross, np.minimum(lone, uplink), lone)
     return lone, nic
+
+
+def configured_matrix(shape, alpha_us=LAB_ALPHA_US, intra_GBps=LAB_INTRA_GBPS):
+    """The network a lab is configured as (``lab.shape()``), as a rank-level
+    :class:`topology.BandwidthMatrix`: between nodes each link's rate x GOODPUT, each NIC a port
+    (none: the node's fastest link), racks behind their uplinks; within a node ``intra_GBps``.
+    The lab adds no delay: ``alpha_us`` is every message's start-up between nodes and within."""
+    k, r = shape["nodes"], shape["ranks_per_node"]
+    node = np.repeat(np.arange(k), r)
+    gbps = np.asarray(shape["rates_mbit"], dtype=float) * network.GOODPUT / 8000
+    bandwidth = np.where(node[:, None] == node[None, :], float(intra_GBps), gbps[np.ix_(node, node)])
+    nic = shape["nic_mbit"]
+    ports = None
+    if nic is not None:
+        fastest = gbps.max(axis=1, initial=0.0), gbps.max(axis=0, initial=0.0)
+        ports = {way: [fastest[w][i] if nic[i][w] is None else nic[i][w] * network.GOODPUT / 8000 for i in range(k)]
+                 for w, way in enumerate(("egress", "ingress"))}
+    uplinks = None
+    if shape["racks"] is not None and shape["uplink_mbit"] is not None:
+        uplinks = {way: [pair[w] * network.GOODPUT / 8000 for pair in shape["uplink_mbit"]]
+                   for w, way in enumerate(("up", "down"))}
+    return BandwidthMatrix(bandwidth, np.full(bandwidth.shape, float(alpha_us)), [shape["hostnames"][i] for i in node],
+                           {"configured": "python -m bench.lab network", "goodput_factor": network.GOODPUT},
+                           node.tolist(), ports, shape["racks"] if uplinks else None, uplinks)
 
 
 def _per_node(value, k):

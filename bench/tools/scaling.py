@@ -22,20 +22,25 @@ communication that does not fit behind the remaining backward work is exposed (i
 the last bucket). The worked example: 7e9 float16 parameters over 8 ranks at 400 GB/s
 take 61 ms of ring.
 
-``--train FILE`` takes the inputs measured by ``python -m bench train -J FILE`` instead of
-guessing them, from that file's first noop run (the step with DDP's buckets returned
-untouched): the parameter count and the gradient's bytes (instead of ``--params`` and
-``--dtype``), the compute time T_c (the noop run's median step, instead of
-``--compute-time``), the backward time T_b (when the last bucket became ready, instead of
-``--backward-time``), and each bucket's bytes and the time it became ready after the
-backward pass began (instead of ``--buckets`` equal ones at equal intervals). Bucket k
-then starts at max(its ready time, the end of bucket k-1) and only what ends after the
-backward pass is exposed: the model ``bench train`` itself reports as model_step_ms for
-asynchronous all-reduces.
+``--train FILE`` projects a step measured by ``python -m bench train -J FILE`` instead of
+guessing it (:mod:`bench.tools.projection`): each of the file's noop runs (the step with DDP's
+buckets returned untouched, one per dtype and bucket size) is a compute profile, T_c, the
+backward pass T_b and each bucket's bytes and ready time. For each algorithm, rank count and
+profile the table gives each bucket's all-reduce from the model (T_m, their sum), the exposed
+communication and the step, synchronous (every bucket stalls the backward pass) and overlapped
+(bucket k starts at max(its ready time, the end of bucket k-1); only what ends after the
+backward pass is exposed), and E = T_c / (T_c + exposed). ``gloo`` is DDP's own overlapped ring.
+The network: the uniform one of the flags above, or ``--topology FILE`` (a probe's matrix, or
+the lab's network from ``python -m bench.lab network``), a probe of one node extended by
+nodes joined at ``--beta-GBps`` where ``--ranks`` asks for more ranks than it has.
+``--cores P``: every rank shares P cores (the lab's namespaces on one machine), so compute
+slows by max(1, N t / P) / max(1, N0 t / P) from the file's N0 ranks of t threads, and an
+overlapped all-reduce over MPI, which polls, takes its time from the backward pass.
+``--check FILE``: a bench train -J file measured on that network at one of ``--ranks``:
+each projected step beside its measured median and interval, and the error.
 """
 
 import argparse
-import json
 import sys
 
 import numpy as np
@@ -46,57 +51,15 @@ from topology.model import Network
 
 from ..core.cli import Parser, add_network_flags
 from ..formats.tables import comment, description, epilog, plural
+from . import projection
 from .model import MODELLED, measured_rows
-
-
-def exposed_after(ready, seconds, backward, blocking=False):
-    """Communication time a step exposes when bucket k becomes ready ``ready[k]`` seconds into a
-    backward pass of ``backward`` seconds and its all-reduce takes ``seconds[k]``.
-
-    Asynchronous buckets (DDP's own all-reduce, an overlapping hook) go out one after another,
-    bucket k at max(its ready time, the end of bucket k-1), while the backward pass goes on;
-    only what ends after the backward pass is exposed. ``blocking`` buckets (a synchronous
-    hook) stall the backward pass for their whole time: all of it is exposed. The step then
-    takes the compute time plus this (efficiency E = T_c / (T_c + exposed))."""
-    if blocking:
-        return float(sum(seconds))
-    spans = queued(ready, seconds)
-    return max(spans[-1][1] - backward, 0.0) if spans else 0.0
-
-
-def queued(ready, seconds):
-    """(start, end) of each bucket's all-reduce when they go out one after another: bucket k at
-    max(``ready[k]``, the end of bucket k-1), taking ``seconds[k]``."""
-    spans, finish = [], 0.0
-    for when, took in zip(ready, seconds):
-        start = max(finish, when)
-        finish = start + took
-        spans.append((start, finish))
-    return spans
+from .step_model import exposed_after
 
 
 def exposed_time(bucket_time, buckets, backward):
     """Communication left after the backward pass when bucket k of K equal ones is ready at
-    k/K of it and buckets go out one after another (:func:`exposed_after`)."""
+    k/K of it and buckets go out one after another (:func:`bench.tools.step_model.exposed_after`)."""
     return exposed_after([k * backward / buckets for k in range(1, buckets + 1)], [bucket_time] * buckets, backward)
-
-
-def measured_training(path):
-    """What ``bench train -J`` measured, from the file's first noop run: {"params", "nbytes",
-    "dtype", "compute", "backward", "ready": [s], "bucket_bytes": [B]} (seconds and bytes);
-    ``ValueError`` when the file holds no such run."""
-    try:
-        with open(path) as f:
-            document = json.load(f)
-        run = next(r for r in document["runs"] if r["algorithm"] == "noop")
-        buckets = sorted(run["buckets"], key=lambda b: b["ready_ms"])
-        return {"params": float(document["model"]["parameters"]), "nbytes": float(run["bytes_per_step"]),
-                "dtype": run["dtype"], "compute": run["compute_ms"] / 1e3, "backward": run["backward_ms"] / 1e3,
-                "ready": [b["ready_ms"] / 1e3 for b in buckets], "bucket_bytes": [b["bytes"] for b in buckets]}
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"--train {path}: not JSON: {exc}") from None
-    except (KeyError, TypeError, StopIteration):
-        raise ValueError(f"--train {path}: not a bench train -J file with a noop run") from None
 
 
 def measured_busbw(paths):
@@ -113,9 +76,17 @@ def main(argv):
     p.add_argument("--compute-time", type=float,
                    help="T_c: compute time per step, in seconds (required without --train)")
     p.add_argument("--train", metavar="FILE",
-                   help="a python -m bench train -J file: its noop run's parameter count, gradient bytes, compute "
-                        "time, backward time and buckets (bytes, ready times) instead of --params, --dtype, "
+                   help="a python -m bench train -J file: its noop runs' compute profiles (compute and backward "
+                        "time, each bucket's bytes and ready time) projected, instead of --params, --dtype, "
                         "--compute-time, --backward-time and --buckets (default: those flags)")
+    p.add_argument("--topology", metavar="FILE",
+                   help="with --train: the network of a matrix file (a probe's, or python -m bench.lab network's), "
+                        "a one-node probe extended by nodes where --ranks asks for more (default: the uniform one)")
+    p.add_argument("--cores", type=int, metavar="P",
+                   help="with --train: every rank shares P cores, as the lab's do (default: each rank its own cores)")
+    p.add_argument("--check", metavar="FILE",
+                   help="with --train: a bench train -J file measured on the network: its steps beside the "
+                        "projection (default: none)")
     add_network_flags(p, 10.0, 400.0, "comma list of rank counts (default 8)", ranks_default="8")
     p.add_argument("--hier-across", choices=ACROSS, default="ring",
                    help="hier's all-reduce between the nodes (default ring)")
@@ -127,16 +98,17 @@ def main(argv):
     p.add_argument("--backward-time", type=float,
                    help="T_b: backward pass, in seconds (default: 2/3 of --compute-time)")
     p.add_argument("--algo", default="ps,ring,tree",
-                   help=f"comma list of algorithms, of {','.join(MODELLED)} (default ps,ring,tree)")
+                   help=f"comma list of algorithms, of {','.join(MODELLED)}; with --train also gloo "
+                        "(default ps,ring,tree)")
     args = p.parse_args(argv)
+    if args.train:
+        return projection.train_main(args)
     try:
-        train = measured_training(args.train) if args.train else None
-        if train is None and (args.params is None or args.compute_time is None):
+        if args.params is None or args.compute_time is None:
             raise ValueError("needs --params and --compute-time, or --train FILE")
-        if train is not None:
-            args.params, args.compute_time, args.dtype = train["params"], train["compute"], train["dtype"]
-        else:
-            itemsize = np.dtype(args.dtype).itemsize
+        if args.topology or args.cores or args.check:
+            raise ValueError("--topology, --cores and --check need --train FILE")
+        itemsize = np.dtype(args.dtype).itemsize
         ranks = [int(r) for r in args.ranks.split(",")]
         algos = args.algo.split(",")
         bad = [a for a in algos if a not in MODELLED]
@@ -147,13 +119,10 @@ def main(argv):
     except (TypeError, ValueError, OSError) as exc:
         print(f"python -m bench scaling: {exc}", file=sys.stderr)
         return 2
-    if train is not None:  # the measured step: its buckets, as they became ready
-        nbytes, backward, ready, sizes = train["nbytes"], train["backward"], train["ready"], train["bucket_bytes"]
-    else:
-        nbytes = args.params * itemsize
-        backward = args.backward_time if args.backward_time is not None else args.compute_time * 2 / 3
-        ready = [k * backward / args.buckets for k in range(1, args.buckets + 1)]  # none without --buckets
-        sizes = [nbytes / args.buckets for _ in ready]
+    nbytes = args.params * itemsize
+    backward = args.backward_time if args.backward_time is not None else args.compute_time * 2 / 3
+    ready = [k * backward / args.buckets for k in range(1, args.buckets + 1)]  # none without --buckets
+    sizes = [nbytes / args.buckets for _ in ready]
     r = args.ranks_per_node
     intra = args.intra_GBps if args.intra_GBps is not None else 10 * args.beta_GBps
     source = ("measured busbw from " + ", ".join(args.results)) if args.results else \
@@ -164,11 +133,7 @@ def main(argv):
             f"{r} ranks a node, linked at {intra:g} GB/s within it; hier across nodes: {args.hier_across}"
         print(comment(f"{nodes}; each node's port {args.beta_GBps:g} GB/s out and in, "
                       "shared by its concurrent transfers"))
-    if train is not None:
-        print(comment(f"measured by python -m bench train ({args.train}, its noop run): T_c {args.compute_time:.4g} s, "
-                      f"{plural(len(sizes), 'bucket')} of {', '.join(f'{b / 1e6:.3g}' for b in sizes)} MB ready at "
-                      f"{', '.join(f'{t:.3g}' for t in ready)} s of a {backward:.3g} s backward pass"))
-    elif args.buckets:
+    if args.buckets:
         print(comment(f"{plural(args.buckets, 'bucket')} overlapped with a {backward:g} s backward pass"))
     print(f"{'algorithm':>10}  {'ranks':>6}  {'T_m (s)':>10}  {'exposed (s)':>11}  {'efficiency':>10}  {'speed-up':>8}"
           f"  {'limited by':<10}")

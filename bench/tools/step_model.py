@@ -12,14 +12,17 @@ Inputs, neither timed in the run being predicted:
 Synchronous (a hook that reduces a bucket before the backward pass goes on): every all-reduce
 stalls the backward pass, exposed = sum_k t_k. Overlapped (DDP's own asynchronous all-reduce,
 the hook's communication thread): bucket k starts at max(ready_k, end_(k-1)) and only what ends
-after the backward pass is exposed, max(0, end_K - T_b) (:func:`bench.tools.scaling.exposed_after`).
+after the backward pass is exposed, max(0, end_K - T_b) (:func:`exposed_after`).
 
 Where a rank has no core to spare beside its compute threads (``bench train``'s cores shared), an
 overlapped all-reduce's processor work comes out of the backward pass: the part ``f`` of its
 time that is processor work is exposed as if synchronous, and the rest overlaps:
 exposed = sum_k f t_k + exposed_after(ready, (1 - f) t_k, T_b). Over shared memory an
-all-reduce is all copies and reductions, f = 1; between nodes the processor copies bytes at
-memory speed while they cross a far slower wire, f = 0 (:func:`processor_share`).
+all-reduce is all copies and reductions, f = 1. Between nodes it depends on how it waits for
+the wire (:func:`processor_share`): MPI's progress engine spins on a core while the bytes cross
+(MPICH's default), so an all-reduce over MPI holds a core for its whole time, f = 1; gloo's
+threads sleep in the kernel until their sockets are ready and copy bytes at memory speed while
+they cross a far slower wire, f = 0.
 
 The step is T_c + exposed; its efficiency E = T_c / (T_c + T_m), T_m the exposed
 communication (Hoefler's "communication overhead"; the seed's E).
@@ -28,7 +31,32 @@ communication (Hoefler's "communication overhead"; the seed's E).
 from dataclasses import dataclass, field
 
 from ..formats import stats
-from .scaling import exposed_after, queued
+
+
+def exposed_after(ready, seconds, backward, blocking=False):
+    """Communication time a step exposes when bucket k becomes ready ``ready[k]`` seconds into a
+    backward pass of ``backward`` seconds and its all-reduce takes ``seconds[k]``.
+
+    Asynchronous buckets (DDP's own all-reduce, an overlapping hook) go out one after another,
+    bucket k at max(its ready time, the end of bucket k-1), while the backward pass goes on;
+    only what ends after the backward pass is exposed. ``blocking`` buckets (a synchronous
+    hook) stall the backward pass for their whole time: all of it is exposed. The step then
+    takes the compute time plus this (efficiency E = T_c / (T_c + exposed))."""
+    if blocking:
+        return float(sum(seconds))
+    spans = queued(ready, seconds)
+    return max(spans[-1][1] - backward, 0.0) if spans else 0.0
+
+
+def queued(ready, seconds):
+    """(start, end) of each bucket's all-reduce when they go out one after another: bucket k at
+    max(``ready[k]``, the end of bucket k-1), taking ``seconds[k]``."""
+    spans, finish = [], 0.0
+    for when, took in zip(ready, seconds):
+        start = max(finish, when)
+        finish = start + took
+        spans.append((start, finish))
+    return spans
 
 
 @dataclass(frozen=True)
@@ -65,10 +93,12 @@ class Prediction:
         return (self.step_s - self.exposed_s) / self.step_s if self.step_s else None
 
 
-def processor_share(single_node):
+def processor_share(single_node, polls=True):
     """The part of an all-reduce's time that is processor work: all of it where every rank
-    shares one node's memory, none where its bytes cross a network (module docstring)."""
-    return 1.0 if single_node else 0.0
+    shares one node's memory; across nodes, all of it for an all-reduce that ``polls`` while it
+    waits (MPI's progress engine), none for one that sleeps in the kernel (gloo) (module
+    docstring)."""
+    return 1.0 if single_node or polls else 0.0
 
 
 def predict(profile, allreduce_seconds, overlapped, shared=False, share=1.0):
@@ -99,14 +129,14 @@ class Predictor:
     """``bench train``'s predictions: the cost model of every algorithm's schedule on a
     :class:`topology.BandwidthMatrix` (a probe's), and each run's step from the compute profile
     its noop run measured in the same round. ``pick(nbytes, dtype)``: what auto runs for a
-    bucket; ``shared``: the cores are shared. gloo is DDP's ring all-reduce, asynchronous;
-    native MPI has no schedule and is not predicted."""
+    bucket; ``shared``: the cores are shared. gloo is DDP's ring all-reduce, asynchronous, and
+    sleeps while it waits; ours poll (MPI); native MPI has no schedule and is not predicted."""
 
     def __init__(self, matrix, pick, shared):
         from algorithms.costs import SCHEDULES, cost_model
 
         self.model, self.schedules, self.pick, self.shared = cost_model(matrix), SCHEDULES, pick, shared
-        self.share = processor_share(matrix.node_count == 1)
+        self.single_node = matrix.node_count == 1
 
     def allreduce_seconds(self, algorithm, dtype):
         """``seconds(nbytes)`` of one bucket's all-reduce, or None where the model has no schedule."""
@@ -130,7 +160,8 @@ class Predictor:
         made = []
         for one in reference:
             profile = Profile.of_noop(stats.median(one["steps_s"]) * 1e3, one["backward_ms"], one["buckets"])
-            made.append(predict(profile, seconds, overlapped, self.shared, self.share))
+            made.append(predict(profile, seconds, overlapped, self.shared,
+                                processor_share(self.single_node, polls=algorithm != "gloo")))
         return made
 
 

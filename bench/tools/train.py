@@ -74,8 +74,7 @@ from ..core.startup import refused
 from ..core.timing import interleaved
 from ..formats import stats
 from ..formats.tables import comment, description, epilog, plural, significant
-from .scaling import exposed_after
-from .step_model import Predictor, prediction_fields
+from .step_model import Predictor, exposed_after, prediction_fields
 from .train_plot import plot
 from .train_timeline import draw as timeline
 from .train_timeline import trace_path
