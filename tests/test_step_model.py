@@ -1,9 +1,13 @@
-"""bench.tools.step_model against closed forms on synthetic compute profiles."""
+"""bench.tools.step_model and bench scaling --train's projection against closed forms on synthetic
+compute profiles and networks."""
 
+import numpy as np
 import pytest
 
 from algorithms.costs import cost_model
+from bench.tools.projection import compute_factor, network_for
 from bench.tools.step_model import Profile, predict, processor_share
+from topology import BandwidthMatrix
 from topology.model import Network
 
 
@@ -58,6 +62,10 @@ def test_on_shared_cores_the_processor_work_is_exposed():
         share = processor_share(single_node, polls)
         made = predict(profile, constant(0.010), True, shared=True, share=share)
         assert made.exposed_s == pytest.approx(exposed), (single_node, polls)
+        if share == 1:  # the synchronous spans: each bucket stalls the pass
+            assert made.spans == [pytest.approx(s) for s in ((0.020, 0.030), (0.050, 0.060))]
+        else:
+            assert made.spans == [pytest.approx(s) for s in ((0.020, 0.030), (0.040, 0.050))]
         assert predict(profile, constant(0.010), True, shared=False, share=share).exposed_s == 0
 
 
@@ -72,3 +80,26 @@ def test_a_nic_bound_network_gives_the_rings_closed_form(ranks):
     assert model.time("ring", nbytes) == pytest.approx(closed, rel=1e-6)
     made = predict(Profile(0.300, 0.100, ((nbytes, 0.100),)), lambda b: model.time("ring", b), True)
     assert made.exposed_s == pytest.approx(closed, rel=1e-6)
+
+
+def test_a_probe_of_one_node_extended_by_nodes_gives_the_rings_closed_form():
+    """A 2-rank node (10 GB/s, 1 us within) extended to 8 ranks on 4 nodes joined at 1 GB/s and
+    10 us: the ring crosses a node boundary in every step, one flow through each port, so a
+    bucket of M bytes takes 2(N-1)/N M/beta + 2(N-1) alpha; the first 3 ranks of a racked
+    network keep their racks and uplinks; 4 ranks of threads on 2 cores compute 2x the 2 ranks'."""
+    node = BandwidthMatrix([[0, 10.0], [10.0, 0]], [[0, 1.0], [1.0, 0]], nodes=[0, 0])
+    network = network_for(8, node, 1.0, 10.0, 1, None)
+    assert network.n == 8 and network.node_count == 4
+    nbytes = 64 << 20
+    closed = 2 * 7 / 8 * nbytes / 1e9 + 2 * 7 * 10e-6
+    assert cost_model(network).time("ring", nbytes) == pytest.approx(closed, rel=1e-6)
+    with pytest.raises(ValueError, match="not a multiple"):
+        network_for(7, node, 1.0, 10.0, 1, None)
+    racked = BandwidthMatrix(np.full((4, 4), 1.0) - np.eye(4), nodes=[0, 1, 2, 3], racks=[0, 0, 1, 1],
+                             uplinks={"up": [0.5, 0.25], "down": [0.5, 0.25]})
+    three = network_for(3, racked, 1.0, 10.0, 1, None)
+    assert three.racks.tolist() == [0, 0, 1] and three.up.tolist() == [0.5e9, 0.25e9]
+    with pytest.raises(ValueError, match="only a probe of one node"):
+        network_for(8, racked, 1.0, 10.0, 1, None)
+    assert compute_factor(4, 2, 1, 2) == 2 and compute_factor(8, 2, 1, 2) == 4 and compute_factor(8, 2, 1, None) == 1
+    assert compute_factor(2, 1, 1, 2) == 1  # both fit the cores

@@ -108,10 +108,13 @@ def network_for(ranks, topology, beta_GBps, alpha_us, ranks_per_node, intra_GBps
         _, renumbered = np.unique(nodes, return_inverse=True)
         used = sorted(set(nodes.tolist()))
         ports = None if topology.ports is None else {k: np.asarray(v)[used].tolist() for k, v in topology.ports.items()}
-        racks = None if topology.racks is None else np.asarray(topology.racks)[used].tolist()
+        racks = uplinks = None
+        if topology.racks is not None and topology.uplinks is not None:
+            kept, racks = np.unique(np.asarray(topology.racks)[used], return_inverse=True)
+            racks, uplinks = racks.tolist(), {k: np.asarray(v)[kept].tolist() for k, v in topology.uplinks.items()}
         topology = BandwidthMatrix(topology.bandwidth[np.ix_(keep, keep)], topology.latency[np.ix_(keep, keep)],
                                    topology.hosts[:ranks], topology.measured, renumbered.tolist(), ports,
-                                   racks, topology.uplinks if racks is not None else None)
+                                   racks, uplinks)
     return Network.from_matrix(topology)
 
 

@@ -81,7 +81,8 @@ class Profile:
 class Prediction:
     """Each bucket's all-reduce seconds and its (start, end) seconds after the backward pass
     began (synchronous: each stalls the pass; overlapped: one after another from its ready
-    time), the exposed communication, the step and its efficiency."""
+    time, which on shared cores the processor work of those before it delays), the exposed
+    communication, the step and its efficiency."""
 
     allreduce_s: list
     spans: list = field(default_factory=list)
@@ -118,7 +119,10 @@ def predict(profile, allreduce_seconds, overlapped, shared=False, share=1.0):
         made.exposed_s = sum(times)
     else:
         taken = share if shared else 0.0
-        made.spans = queued(ready, times)  # one after another, each as long as it takes
+        # one after another, each as long as it takes; the processor work of those before a bucket
+        # delays its ready time as it stalls the backward pass (taken = 1: the synchronous spans)
+        delayed = [when + taken * sum(times[:k]) for k, when in enumerate(ready)]
+        made.spans = queued(delayed, times)
         made.exposed_s = sum(t * taken for t in times) + exposed_after(ready, [t * (1 - taken) for t in times],
                                                                        profile.backward_s)
     made.step_s = profile.compute_s + made.exposed_s

@@ -65,7 +65,8 @@ def draw(document, output):
     fig, ax = plt.subplots(figsize=(11, 1.0 + 0.55 * max(len(rows), 1)), dpi=120)
     for y, (label, backward, measured, predicted) in enumerate(reversed(rows)):
         ax.barh(y, backward, height=0.8, color="0.9", edgecolor="0.6")
-        ax.broken_barh([(s, e - s) for _, s, e in measured], (y + 0.02, 0.36), color="tab:blue")
+        ax.broken_barh([(s, e - s) for _, s, e in measured], (y + 0.02, 0.36), facecolor="tab:blue",
+                       edgecolor="white", linewidth=1)  # buckets that follow each other stay apart
         ax.broken_barh([(s, e - s) for s, e in predicted], (y - 0.38, 0.36), facecolor="none", edgecolor="tab:orange",
                        hatch="///")
         ax.plot([r for r, _, _ in measured], [y + 0.2] * len(measured), "k|", markersize=9)
