@@ -11,8 +11,9 @@
   ``"bamring"`` (the ring in the order whose slowest link is fastest, ``bandwidth=``).
 * ``allreduce_init(sendbuf, recvbuf=None, ...)``: the same, persistent (MPI 4's
   ``MPI_Allreduce_init``): checked once, then each call of what it returns runs it.
-* ``reduce_scatter`` and ``all_gather``: the two halves of the ring, on their
-  own; chunk layout from ``chunk_offsets``.
+* ``reduce_scatter`` and ``all_gather``: the two halves of an all-reduce, on their own
+  (``algorithm=`` one of ``HALVES[...]``: those built of the halves, and ``auto``); chunk layout
+  from ``chunk_offsets`` whichever runs them.
 * ``alloc_registered(count, dtype)`` / ``free_registered(vector)``: vectors in the
   node's shared memory, which messages within the node read in place (no copy); where the
   node's ``/dev/shm`` cannot back one, ``ShmTooSmall`` (a ``MemoryError``) on every rank.
@@ -33,7 +34,7 @@ from plumbing.shm import ShmTooSmall, before_mpi_init
 
 SHM_NOTE = before_mpi_init()  # before mpi4py.MPI is first imported: what MPI_Init needs of /dev/shm
 
-from .collectives import ALGORITHMS  # noqa: E402 (MPI starts with this import)
+from .collectives import ALGORITHMS, HALVES  # noqa: E402 (MPI starts with this import)
 from .collectives import (PersistentAllreduce, all_gather, alloc_registered, allreduce, allreduce_init,  # noqa: E402
                           free_registered, reduce_scatter, transport_in_use)
 from .costs import cost_model  # noqa: E402
@@ -51,7 +52,7 @@ def free_workspace():
 
 
 __all__ = [
-    "ALGORITHMS", "DTYPES", "TYPES", "OPS",
+    "ALGORITHMS", "HALVES", "DTYPES", "TYPES", "OPS",
     "allreduce", "allreduce_init", "PersistentAllreduce", "reduce_scatter", "all_gather",
     "alloc_registered", "free_registered", "chunk_offsets", "free_workspace", "mpi_is_cuda_aware", "Algorithm",
     "run_together", "transport_in_use", "ShmTooSmall", "cost_model",

@@ -33,8 +33,15 @@ class Algorithm:
     * ``lacks(dtype)``: why it cannot reduce ``dtype`` (one line), else None.
     * ``in_all``: whether the benchmark's ``--algo all`` runs it; ``one_node_only``: across nodes
       it runs another algorithm (so ``auto`` does not choose it there).
-    * ``reduce_scatter(coll, sendbuf, scratch, result)`` and ``all_gather(coll, whole)``: its two
-      halves, where it is built of them and they are usable alone.
+    * ``reduce_scatter(coll, src, partial, result[, plan])`` and ``all_gather(coll, whole[, plan])``:
+      its two halves, where it is built of them and they are usable alone (``plan`` as for
+      ``allreduce``). Both keep the one chunk layout of :func:`.layout.chunk_offsets`: the
+      reduce-scatter leaves chunk r of the reduction of ``src`` (read only, unless ``partial``
+      is ``src``) in ``result`` on rank r; ``partial``, a whole-length vector it may write its
+      partial results to (``src`` itself in place), or None (it takes scratch); the all-gather
+      starts from ``whole`` holding this rank's chunk at its place and leaves it whole.
+    * ``reduce_scatter_schedule(model, nbytes)`` and ``all_gather_schedule(model, nbytes)``: how
+      each half runs for the cost model, ``nbytes`` the whole vector (nccl-tests' size).
     """
 
     name: str
@@ -52,6 +59,16 @@ class Algorithm:
     one_node_only: bool = False
     reduce_scatter: Optional[Callable] = None
     all_gather: Optional[Callable] = None
+    reduce_scatter_schedule: Optional[Callable] = None
+    all_gather_schedule: Optional[Callable] = None
+
+    def runs(self, collective):
+        """Whether it runs ``collective`` ("allreduce", "reduce_scatter" or "all_gather")."""
+        return getattr(self, collective) is not None
+
+    def schedule_of(self, collective):
+        """Its cost schedule for ``collective``, or None."""
+        return self.schedule if collective == "allreduce" else getattr(self, f"{collective}_schedule")
 
     def wants_bandwidth(self):
         """Whether it builds what it runs on from a bandwidth matrix as things stand: the matched

@@ -27,7 +27,7 @@ from topology.model import Network
 from topology.probe import node_numbers
 
 from .algorithm import Algorithm
-from .costs import SCHEDULES, cost_model
+from .costs import SCHEDULES_OF, cost_model
 from .dtypes import LOW_PRECISION
 from .executor import private_comm
 from .ops import is_floating
@@ -40,9 +40,11 @@ MODEL_BETA = 5e9  # bytes per second of one transfer
 CACHED = 1024  # (module, dtype, bytes) choices kept
 
 
-def candidates():
-    """The registry's algorithms auto may choose: those that need no bandwidth matrix or tree, native MPI among them."""
-    return [name for name, algorithm in REGISTERED.items() if not algorithm.wants_bandwidth()]
+def candidates(collective="allreduce"):
+    """The registry's algorithms auto may choose for ``collective`` ("allreduce", "reduce_scatter",
+    "all_gather"): those that run it and need no bandwidth matrix or tree, native MPI among them."""
+    return [name for name, algorithm in REGISTERED.items()
+            if algorithm.runs(collective) and not algorithm.wants_bandwidth()]
 
 
 def load_table(path):
@@ -60,9 +62,12 @@ def load_table(path):
     rules = table.get("rules")
     if not isinstance(rules, list) or not all(isinstance(rule, dict) for rule in rules):
         raise ValueError(f"{path}: its rules are not a list of objects")
-    known = set(candidates())
     for rule in rules:
         order, upto = rule.get("order"), rule.get("upto_bytes")
+        collective = rule.get("collective", "allreduce")
+        if collective not in SCHEDULES_OF:
+            raise ValueError(f"{path}: a rule's collective is {collective!r}; choices: {', '.join(SCHEDULES_OF)}")
+        known = set(candidates(collective))
         if not isinstance(order, list) or (upto is not None and not isinstance(upto, int)):
             raise ValueError(f"{path}: a rule's order is not a list, or its upto_bytes not a whole number: {rule}")
         unknown = [str(name) for name in order if name not in known]
@@ -98,24 +103,29 @@ class Choices:
                 self.reason = (f"tuning table {path} is for {loaded.get('ranks')} ranks on {loaded.get('nodes')} "
                                f"node(s), this communicator {self.size} on {self.nodes}: the model decides")
         self._cache = {}
-        self._model = None  # the cost model, made at its first use
+        self._models = {}  # the cost model of each collective, made at its first use
 
-    def pick(self, xp, dtype, nbytes, op):
-        """The :class:`.algorithm.Algorithm` to run for a call of ``nbytes`` of ``dtype`` in module ``xp``'s memory."""
-        key = (xp, dtype, nbytes, op)
+    def pick(self, xp, dtype, nbytes, op, collective="allreduce"):
+        """The :class:`.algorithm.Algorithm` to run for a call of ``nbytes`` of ``dtype`` in module
+        ``xp``'s memory (the whole vector for the halves)."""
+        key = (xp, dtype, nbytes, op, collective)
         run = self._cache.get(key)
         if run is None:
             if len(self._cache) >= CACHED:
                 self._cache.clear()
-            run = self._cache[key] = REGISTERED[self.choose(xp.__name__ != "numpy", dtype.name, nbytes, op)[0]]
+            run = self._cache[key] = REGISTERED[self.choose(xp.__name__ != "numpy", dtype.name, nbytes, op,
+                                                            collective)[0]]
         return run
 
-    def choose(self, device, dtype, nbytes, op="sum"):
-        """(algorithm name, why) for a call of ``nbytes`` of ``dtype`` (device memory or not)."""
-        usable = self._usable(dtype, op)
+    def choose(self, device, dtype, nbytes, op="sum", collective="allreduce"):
+        """(algorithm name, why) for a call of ``nbytes`` of ``dtype`` (device memory or not) of
+        ``collective``; a table's rules are each for one collective (``"collective"``, by default
+        "allreduce")."""
+        usable = self._usable(dtype, op, collective)
         if self.table is not None:
             placement = "device" if device else "host"
-            rules = [r for r in self.table["rules"] if r.get("placement", "host") == placement]
+            rules = [r for r in self.table["rules"] if r.get("placement", "host") == placement
+                     and r.get("collective", "allreduce") == collective]
             exact = [r for r in rules if r.get("dtype") == dtype]
             for rule in exact or [r for r in rules if r.get("dtype", "*") == "*"]:
                 upto = rule.get("upto_bytes")
@@ -123,11 +133,11 @@ class Choices:
                     for name in rule["order"]:
                         if name in usable:
                             return name, f"{self.reason}, {rule.get('dtype', '*')} up to {upto} bytes"
-        return self.modelled(nbytes, usable), self.reason if self.table is None else (
+        return self.modelled(nbytes, usable, collective), self.reason if self.table is None else (
             f"{self.reason} has no rule for this call: the model decides")
 
-    def _usable(self, dtype, op):
-        names = set(candidates())
+    def _usable(self, dtype, op, collective="allreduce"):
+        names = set(candidates(collective))
         if op in ("max", "min") and is_floating(dtype):
             names.discard("native")  # MPI's MAX and MIN need not give NaN where one rank has it; ours all do
         if np.dtype(dtype) in LOW_PRECISION:
@@ -136,26 +146,30 @@ class Choices:
             names -= {name for name in names if REGISTERED[name].one_node_only}
         return names
 
-    def modelled(self, nbytes, usable):
+    def modelled(self, nbytes, usable, collective="allreduce"):
         """The algorithm of least modelled time (module docstring) among ``usable``."""
         if self.size == 1:
             return "ring"
-        if self._model is None:
+        model = self._models.get(collective)
+        if model is None:
             beta = MODEL_BETA / 1e9
-            self._model = cost_model(Network.uniform(self.size, beta, MODEL_ALPHA_S * 1e6, intra_GBps=beta,
-                                                     nodes=self.node_of, rank_GBps=beta))
-        order = list(SCHEDULES)  # a tie goes to the registry's first (ring before hier on one node)
-        return min((self._model.time(name, nbytes), order.index(name), name) for name in SCHEDULES if name in usable)[2]
+            model = self._models[collective] = cost_model(
+                Network.uniform(self.size, beta, MODEL_ALPHA_S * 1e6, intra_GBps=beta, nodes=self.node_of,
+                                rank_GBps=beta), collective=collective)
+        schedules = SCHEDULES_OF[collective]
+        order = list(schedules)  # a tie goes to the registry's first (ring before hier on one node)
+        return min((model.time(name, nbytes), order.index(name), name) for name in schedules if name in usable)[2]
 
     def free(self):
         pass
 
 
-def choice(nbytes, dtype="float32", comm=None, device=False, op="sum"):
+def choice(nbytes, dtype="float32", comm=None, device=False, op="sum", collective="allreduce"):
     """``(algorithm, why)``: what ``algorithm="auto"`` runs for ``nbytes`` of ``dtype`` on ``comm``
-    (COMM_WORLD when None), on device memory when ``device``. Collective the first time per communicator."""
+    (COMM_WORLD when None), on device memory when ``device``, of ``collective`` ("allreduce",
+    "reduce_scatter", "all_gather"). Collective the first time per communicator."""
     private = private_comm(MPI.COMM_WORLD if comm is None else comm)
-    return private.resource("auto", Choices).choose(device, np.dtype(dtype).name, int(nbytes), op)
+    return private.resource("auto", Choices).choose(device, np.dtype(dtype).name, int(nbytes), op, collective)
 
 
 def bind(coll, count, dtype):
@@ -171,10 +185,23 @@ def allreduce(coll, sendbuf, recvbuf):
     choices.pick(coll.xp, sendbuf.dtype, sendbuf.nbytes, coll.op).allreduce(coll, sendbuf, recvbuf)
 
 
+def reduce_scatter(coll, src, partial, result):
+    """The reduce-scatter of the algorithm chosen for the whole vector's size."""
+    choices = coll.private.resource("auto", Choices)
+    choices.pick(coll.xp, src.dtype, src.nbytes, coll.op, "reduce_scatter").reduce_scatter(coll, src, partial, result)
+
+
+def all_gather(coll, whole):
+    """The all-gather of the algorithm chosen for the whole vector's size."""
+    choices = coll.private.resource("auto", Choices)
+    choices.pick(coll.xp, whole.dtype, whole.nbytes, None, "all_gather").all_gather(coll, whole)
+
+
 def describe(private, transport):
     """What auto follows (collective the first time: it reads the tuning table), then the transport."""
     return f"per size, as {private.resource('auto', Choices).choose(False, 'float32', 8)[1]}; {transport}"
 
 
 # it runs the others: by name only
-ALGORITHM = Algorithm("auto", allreduce, bind=bind, describe=describe, in_all=False)
+ALGORITHM = Algorithm("auto", allreduce, bind=bind, describe=describe, in_all=False, reduce_scatter=reduce_scatter,
+                      all_gather=all_gather)

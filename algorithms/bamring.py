@@ -40,6 +40,16 @@ def allreduce(coll, sendbuf, recvbuf, order):
     ring.allreduce(coll, sendbuf, recvbuf, order.order)
 
 
+def reduce_scatter(coll, src, partial, result, order):
+    """The ring's reduce-scatter around ``order`` (a :class:`RingOrder`)."""
+    ring.reduce_scatter(coll, src, partial, result, order.order)
+
+
+def all_gather(coll, whole, order):
+    """The ring's all-gather around ``order`` (a :class:`RingOrder`)."""
+    ring.all_gather(coll, whole, order.order)
+
+
 def prepare(size, tree=None, bandwidth=None, name="bamring"):
     """The :class:`RingOrder` of ``bandwidth`` for ``size`` ranks; ``ValueError`` for what does not fit."""
     if tree is not None:
@@ -63,6 +73,10 @@ def _found_order(model):
 schedule = ring.schedule_around(_found_order, """The ring in the order whose slowest link is
     fastest (topology.rings): the ring's closed form, its beta that slowest link.""")
 
+half_schedule = ring.half_schedule_around(_found_order, """One half of the ring in the order whose
+    slowest link is fastest: (N-1)(alpha + M/(N beta)), its beta that slowest link.""")
+
 # never run without its order (the common case of collectives.allreduce)
 ALGORITHM = Algorithm("bamring", allreduce, schedule=schedule, prepare=prepare, needs_bandwidth=lambda: True,
-                      needs_plan=True)
+                      needs_plan=True, reduce_scatter=reduce_scatter, all_gather=all_gather,
+                      reduce_scatter_schedule=half_schedule, all_gather_schedule=half_schedule)

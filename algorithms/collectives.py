@@ -26,6 +26,10 @@ ALGORITHMS = {**REGISTERED, "auto": auto.ALGORITHM}
 _NDARRAY, _WORLD = np.ndarray, MPI.COMM_WORLD
 RUNNERS = 256  # common-case calls kept per communicator, by shape (each keeps its plan and views)
 SAME_VECTORS_BYTES = 64 << 10  # the last call's vectors up to this size are referenced (LAST_CALL)
+#: {"reduce_scatter" or "all_gather": the names ``algorithm=`` takes for it}: the algorithms built
+#: of the two halves, and ``auto``
+HALVES = {half: tuple(name for name, algorithm in ALGORITHMS.items() if algorithm.runs(half))
+          for half in ("reduce_scatter", "all_gather")}
 _TREELESS = {name: algorithm for name, algorithm in ALGORITHMS.items() if algorithm.treeless}
 
 
@@ -130,13 +134,15 @@ class PersistentAllreduce:
         return self.recvbuf
 
 
-def reduce_scatter(sendbuf, recvbuf=None, *, op="sum", comm=None, check=True):
-    """Ring reduce-scatter: rank r gets chunk r of the reduction of ``sendbuf``.
+def reduce_scatter(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None, check=True, bandwidth=None):
+    """Reduce-scatter: rank r gets chunk r of the reduction of ``sendbuf`` over all ranks.
 
-    Chunks follow ``chunk_offsets(sendbuf.size, N)`` (sizes differ by at most
-    one, the larger first). ``recvbuf`` must hold this rank's chunk; when it
-    is None the reduction happens in ``sendbuf`` (which is overwritten) and a
-    view of this rank's chunk in it is returned.
+    Chunks follow ``chunk_offsets(sendbuf.size, N)`` (sizes differ by at most one, the larger
+    first), whichever ``algorithm`` runs it: one of ``HALVES["reduce_scatter"]`` (the
+    algorithms built of the two halves, and ``auto``). ``recvbuf`` must hold this rank's
+    chunk; when it is None (or ``sendbuf`` itself) the reduction happens in ``sendbuf`` (which
+    is overwritten) and a view of this rank's chunk in it is returned. ``bandwidth=`` as for
+    :func:`allreduce` (``bamring``'s order, ``dring``'s).
     """
     def validate(rank, size):
         offsets = ring.chunk_offsets(sendbuf.size, size)
@@ -146,26 +152,32 @@ def reduce_scatter(sendbuf, recvbuf=None, *, op="sum", comm=None, check=True):
         else:
             result = _result_buffer(sendbuf, recvbuf, own.stop - own.start)
         check_op_dtype(op, sendbuf.dtype)
-        return result, sendbuf.size, None
+        return result, sendbuf.size, _half_plan("reduce_scatter", algorithm, size, bandwidth)
 
-    coll, result, _ = _prepare("reduce_scatter", sendbuf, op, None, comm, check, validate)
+    coll, result, plan = _prepare("reduce_scatter", sendbuf, op, algorithm, comm, check, validate)
     in_place = recvbuf is None or same_memory(recvbuf, sendbuf)
-    ring.reduce_scatter(coll, sendbuf, sendbuf if in_place else None, result)
+    half = ALGORITHMS[algorithm].reduce_scatter
+    if plan is not None:
+        half(coll, sendbuf, sendbuf if in_place else None, result, plan)
+    else:
+        half(coll, sendbuf, sendbuf if in_place else None, result)
     coll.finish(result)
     return result
 
 
-def all_gather(sendbuf, recvbuf=None, *, comm=None, check=True):
-    """Ring all-gather: every rank contributes its chunk and gets the whole vector.
+def all_gather(sendbuf, recvbuf=None, *, algorithm="ring", comm=None, check=True, bandwidth=None):
+    """All-gather: every rank contributes its chunk and gets the whole vector.
 
     Out of place, ``sendbuf`` is this rank's chunk and ``recvbuf`` the whole
     vector, with chunks laid out by ``chunk_offsets(recvbuf.size, N)``. In
     place (``recvbuf`` None), ``sendbuf`` is the whole vector with this rank's
-    chunk already at its place. Returns the whole vector.
+    chunk already at its place. ``algorithm``: one of ``HALVES["all_gather"]``;
+    ``bandwidth=`` as for :func:`allreduce`. Returns the whole vector.
     """
     def validate(rank, size):
+        plan = _half_plan("all_gather", algorithm, size, bandwidth)
         if recvbuf is None or same_memory(recvbuf, sendbuf):
-            return _result_buffer(sendbuf, None, sendbuf.size), sendbuf.size, None
+            return _result_buffer(sendbuf, None, sendbuf.size), sendbuf.size, plan
         check_vector(recvbuf, "recvbuf", writable=True)
         offsets = ring.chunk_offsets(recvbuf.size, size)
         expected = offsets[rank + 1] - offsets[rank]
@@ -174,14 +186,32 @@ def all_gather(sendbuf, recvbuf=None, *, comm=None, check=True):
                 f"sendbuf has {sendbuf.size} elements, but chunk {rank} of a "
                 f"{recvbuf.size}-element recvbuf over {size} ranks has {expected}"
             )
-        return _result_buffer(sendbuf, recvbuf, recvbuf.size), recvbuf.size, None
+        return _result_buffer(sendbuf, recvbuf, recvbuf.size), recvbuf.size, plan
 
-    coll, whole, _ = _prepare("all_gather", sendbuf, None, None, comm, check, validate)
+    coll, whole, plan = _prepare("all_gather", sendbuf, None, algorithm, comm, check, validate)
     if not same_memory(sendbuf, whole):
         offsets = ring.chunk_offsets(whole.size, coll.size)
         coll.start_in(sendbuf, whole[offsets[coll.rank]:offsets[coll.rank + 1]])
-    ring.all_gather(coll, whole)
+    half = ALGORITHMS[algorithm].all_gather
+    if plan is not None:
+        half(coll, whole, plan)
+    else:
+        half(coll, whole)
     return whole
+
+
+def _half_plan(collective, algorithm, size, bandwidth):
+    """What ``algorithm``'s ``prepare`` makes for one of the halves (None where it has none);
+    ``ValueError`` where it does not run that half."""
+    if algorithm not in HALVES[collective]:
+        raise ValueError(f"algorithm {algorithm!r} has no {collective.replace('_', '-')} of its own; "
+                         f"choices: {', '.join(HALVES[collective])}")
+    prepare = ALGORITHMS[algorithm].prepare
+    if prepare is not None:
+        return prepare(size, None, bandwidth, algorithm)
+    if bandwidth is not None:
+        raise ValueError(f"algorithm {algorithm!r} takes no bandwidth")
+    return None
 
 
 def transport_in_use(xp, comm=None, algorithm=None):

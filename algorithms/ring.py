@@ -207,5 +207,19 @@ schedule = schedule_around(lambda model: np.arange(model.n), """2(N-1) steps, ea
     M/N to the next (ranks in order, so only the links between consecutive nodes use ports, one
     transfer each): 2(N-1)(alpha + M/(N beta)) on uniform links.""")
 
+def half_schedule_around(order_of, doc):
+    """The schedule of one of the ring's halves (docstring ``doc``) around ``order_of(model)``:
+    N-1 steps, each rank sending M/N to the next at once."""
+    def schedule(model, m):
+        order = order_of(model)
+        pairs = model.phase(("ring", order.tobytes()), lambda: (order, np.roll(order, -1)))
+        return [(model.n - 1, "step", pairs.time(m / model.n))]
+    schedule.__doc__ = doc
+    return schedule
+
+
+half_schedule = half_schedule_around(lambda model: np.arange(model.n), """N-1 steps, each rank sending
+    M/N to the next: (N-1)(alpha + M/(N beta)) on uniform links, M the whole vector.""")
+
 ALGORITHM = Algorithm("ring", allreduce, schedule=schedule, bind=bind, reduce_scatter=reduce_scatter,
-                      all_gather=all_gather)
+                      all_gather=all_gather, reduce_scatter_schedule=half_schedule, all_gather_schedule=half_schedule)

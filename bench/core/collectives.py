@@ -38,6 +38,7 @@ class AllReduce(_Spec):
     name = "allreduce"
     has_op = True
     ours = tuple(algorithms.ALGORITHMS)
+    half = "allreduce"
 
     @staticmethod
     def factor(n):
@@ -84,6 +85,7 @@ class ReduceScatter(_Spec):
     name = "reducescatter"
     has_op = True
     ours = tuple(name for name, algorithm in algorithms.ALGORITHMS.items() if algorithm.reduce_scatter)
+    half = "reduce_scatter"
 
     @staticmethod
     def factor(n):
@@ -107,7 +109,8 @@ class ReduceScatter(_Spec):
     @staticmethod
     def run_ours(name, comm, op, tree=None, bandwidth=None):
         def run(send, recv, check=False):
-            return algorithms.reduce_scatter(send, None if recv is send else recv, op=op, comm=comm, check=check)
+            return algorithms.reduce_scatter(send, None if recv is send else recv, op=op, algorithm=name, comm=comm,
+                                             check=check, bandwidth=bandwidth)
         return run
 
     @staticmethod
@@ -134,6 +137,7 @@ class AllGather(_Spec):
     name = "allgather"
     has_op = False
     ours = tuple(name for name, algorithm in algorithms.ALGORITHMS.items() if algorithm.all_gather)
+    half = "all_gather"
     factor = ReduceScatter.factor  # (n-1)/n of the whole vector, as reduce-scatter
     counts = ReduceScatter.counts
 
@@ -160,7 +164,8 @@ class AllGather(_Spec):
     @staticmethod
     def run_ours(name, comm, op, tree=None, bandwidth=None):
         def run(send, recv, check=False):
-            return algorithms.all_gather(send, None if recv is send else recv, comm=comm, check=check)
+            return algorithms.all_gather(send, None if recv is send else recv, algorithm=name, comm=comm, check=check,
+                                         bandwidth=bandwidth)
         return run
 
     @staticmethod

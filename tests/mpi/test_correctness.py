@@ -142,26 +142,51 @@ def test_persistent_allreduce(comm, algorithm):
 
 
 
+#: the algorithms with a reduce-scatter and an all-gather of their own, auto among them
+HALVES = {half: sorted(names) for half, names in algorithms.HALVES.items()}
+
+
+def block_reference(comm, x, op):
+    """``comm.Reduce_scatter_block`` of ``x`` (a multiple of the rank count long): this rank's
+    block, avg as sum / size."""
+    mpi_op = {"sum": MPI.SUM, "avg": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}[op]
+    out = np.empty(x.size // comm.size, x.dtype)
+    comm.Reduce_scatter_block(x, out, op=mpi_op)
+    if op == "avg":
+        np.divide(out, comm.size, out=out)
+    return out
+
+
+@pytest.mark.parametrize("algorithm", HALVES["reduce_scatter"])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_reduce_scatter_matches_references(comm, dtype):
-    failures = []
+def test_reduce_scatter_matches_references(comm, dtype, algorithm):
+    """Rank r gets chunk r of chunk_offsets, as NumPy reduces it (and, where the count divides,
+    as MPI_Reduce_scatter_block does), out of place and in place, the input untouched."""
+    failures, extra = [], options(algorithm, comm.size)
     for op, count, x, expected in cases(comm, dtype):
         offsets = algorithms.chunk_offsets(count, comm.size)
         own = expected[offsets[comm.rank]:offsets[comm.rank + 1]]
+        if count % comm.size == 0 and np.dtype(dtype) not in LOW_PRECISION and wrong_elements(
+                block_reference(comm, x, op), own):
+            failures.append(f"{op} n={count}: MPI_Reduce_scatter_block disagrees with NumPy")
         out = np.full(own.size, 99, dtype=x.dtype)
-        algorithms.reduce_scatter(x, out, op=op)
-        if wrong_elements(out, own):
+        if algorithms.reduce_scatter(x, out, op=op, algorithm=algorithm, **extra) is not out or wrong_elements(out, own):
             failures.append(f"{op} n={count} out-of-place")
+        if wrong_elements(x, rank_input(dtype, op, count, comm.rank, comm.size)):
+            failures.append(f"{op} n={count}: sendbuf was modified")
         inplace = x.copy()
-        view = algorithms.reduce_scatter(inplace, op=op)
+        view = algorithms.reduce_scatter(inplace, op=op, algorithm=algorithm, **extra)
         if wrong_elements(view, own) or (view.size and not np.shares_memory(view, inplace)):
             failures.append(f"{op} n={count} in-place")
     assert not failures, f"rank {comm.rank}: " + "; ".join(failures)
 
 
+@pytest.mark.parametrize("algorithm", HALVES["all_gather"])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_all_gather_matches_native_allgatherv(comm, dtype):
-    failures = []
+def test_all_gather_matches_native_allgatherv(comm, dtype, algorithm):
+    """Every rank gets the whole vector, bit for bit as MPI_Allgatherv (and MPI_Allgather where
+    the count divides) gathers it, out of place and in place."""
+    failures, extra = [], options(algorithm, comm.size)
     for count in counts_for(comm.size, large=dtype in LARGE_COUNT_DTYPES):
         offsets = algorithms.chunk_offsets(count, comm.size)
         whole = rank_input(dtype, "max", count, 0, 1, salt=5)  # same vector on every rank
@@ -169,15 +194,17 @@ def test_all_gather_matches_native_allgatherv(comm, dtype):
         native = np.empty_like(whole)
         sizes = np.diff(offsets)
         bits = np.dtype(f"u{whole.itemsize}")  # MPI has no bfloat16 or fp8: it gathers their bit patterns
-        comm.Allgatherv(chunk.view(bits), [native.view(bits), (sizes.tolist(), offsets[:-1])])
+        if count % comm.size == 0:
+            comm.Allgather(chunk.view(bits), native.view(bits))
+        else:
+            comm.Allgatherv(chunk.view(bits), [native.view(bits), (sizes.tolist(), offsets[:-1])])
         assert wrong_elements(native, whole) == 0
         out = np.full_like(whole, 7)
-        algorithms.all_gather(chunk, out)
-        if wrong_elements(out, whole):
+        if algorithms.all_gather(chunk, out, algorithm=algorithm, **extra) is not out or wrong_elements(out, whole):
             failures.append(f"n={count} out-of-place")
         inplace = np.zeros_like(whole)
         inplace[offsets[comm.rank]:offsets[comm.rank + 1]] = chunk
-        algorithms.all_gather(inplace)
+        algorithms.all_gather(inplace, algorithm=algorithm, **extra)
         if wrong_elements(inplace, whole):
             failures.append(f"n={count} in-place")
     assert not failures, f"rank {comm.rank}: " + "; ".join(failures)
