@@ -784,10 +784,12 @@ def check_tune_table(table, incumbents):
             assert table["measured_us"]["float32"][size][name] == round(own_median(values), 3)
 
 
-def auto_picks(ranks, sizes, env):
-    """What algorithm="auto" runs at each of ``sizes`` on every rank (a real run under mpiexec)."""
+def auto_picks(ranks, sizes, env, collective="allreduce"):
+    """What algorithm="auto" runs at each of ``sizes`` of ``collective`` on every rank (a real run
+    under mpiexec)."""
     script = ("import json, algorithms; from mpi4py import MPI; "
-              f"picks = MPI.COMM_WORLD.gather([algorithms.auto.choice(b)[0] for b in {sizes!r}]); "
+              f"picks = MPI.COMM_WORLD.gather([algorithms.auto.choice(b, collective={collective!r})[0] "
+              f"for b in {sizes!r}]); "
               "MPI.COMM_WORLD.rank or print(json.dumps(picks))")
     follow = run_mpi(ranks, ["-c", script], timeout=60, env=env)
     assert follow.returncode == 0, follow.stderr
@@ -833,6 +835,35 @@ def test_tune_writes_a_table_auto_follows(tmp_path, ranks, repeats, sizes):
         assert ("tie with" in line) is bool(rule["ties"]) and all(name in line for name in rule["ties"])
     follow = auto_picks(ranks, sizes, {"ALLREDUCE_TUNING_FILE": str(out)})
     assert follow == {rule["measured_bytes"]: rule["order"][0] for rule in table["rules"][:len(sizes)]}
+
+
+def test_tune_tables_the_halves_beside_the_allreduce(tmp_path):
+    """``bench tune --collective reducescatter,allgather`` times each half's candidates (those with
+    the half, no others) on the whole vector's size and writes rules per collective, keeping the
+    all-reduce's rules of the table already at the output path; auto then follows each
+    collective's own rules."""
+    out = tmp_path / "tuning.json"
+    sizes = [8, 1024, 4096]
+    proc = run_mpi(2, ["-m", "bench", "tune", "-b", "1K", "-e", "4K", "-f", "4", "--repeats", "2",
+                       "--algo", "ring,ps", "-o", str(out)], timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    allreduce_rules = json.loads(out.read_text())["rules"]
+    proc = run_mpi(2, ["-m", "bench", "tune", "-b", "1K", "-e", "4K", "-f", "4", "--repeats", "2",
+                       "--collective", "reducescatter,allgather", "-o", str(out)], timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    table = json.loads(out.read_text())
+    assert [r for r in table["rules"] if r.get("collective", "allreduce") == "allreduce"] == allreduce_rules
+    for collective in ("reduce_scatter", "all_gather"):
+        rules = [r for r in table["rules"] if r.get("collective") == collective and r["dtype"] == "float32"]
+        assert [r["measured_bytes"] for r in rules] == sizes
+        rounds = table[f"{collective}_rounds_us"]["float32"]
+        for rule in rules:
+            assert set(rule["order"]) == set(algorithms.auto.candidates(collective)) == set(
+                rounds[str(rule["measured_bytes"])])
+            assert "ps" not in rule["order"]  # the parameter server has no halves of its own
+        picks = auto_picks(2, sizes, {"ALLREDUCE_TUNING_FILE": str(out)}, collective)
+        assert picks == {rule["measured_bytes"]: rule["order"][0] for rule in rules}
+    assert f"# reduce_scatter float32 sum, 2 ranks" in proc.stdout and "# all_gather float32, 2 ranks" in proc.stdout
 
 
 def test_tune_keeps_a_given_tables_choices_unless_beaten(tmp_path):

@@ -57,7 +57,7 @@ class GlooBaseline(Baseline):
     description = None
 
     def names(self, collective):
-        return ["gloo"] if collective == "allreduce" else []
+        return ["gloo"]
 
     def check(self, args, chosen):
         if not chosen:
@@ -93,11 +93,27 @@ class GlooBaseline(Baseline):
         self.description = f"PyTorch {torch.__version__} torch.distributed, gloo backend (TCP)"
 
     def runner(self, spec, name, comm, op):
-        """``run(send, recv, check=False) -> result`` of the all-reduce with ``op``."""
-        if spec.name != "allreduce":
-            raise Unavailable(f"--algo gloo runs the all-reduce only, not {spec.name}")
+        """``run(send, recv, check=False) -> result`` of ``spec``'s collective with ``op``: gloo's
+        ``all_reduce``, ``reduce_scatter_tensor`` (in place: its result is the input's first chunk,
+        as MPI's) or ``all_gather_single`` (the output's chunk r is rank r's input; in place the
+        input is copied out of the output first: gloo takes no aliased tensors)."""
         torch, dist, size = self.torch, self.dist, self.size
+        if spec.name == "allgather":
+            def gather(send, recv, check=False):
+                per = recv.size // size
+                mine = recv[comm.Get_rank() * per:][:per].copy() if recv is send else send
+                dist.all_gather_single(as_tensor(torch, recv), as_tensor(torch, mine))
+                return recv
+            return gather
         reduce_op = getattr(dist.ReduceOp, _OPS[op])
+        if spec.name == "reducescatter":
+            def scatter(send, recv, check=False):
+                out = recv[:recv.size // size] if recv is send else recv
+                dist.reduce_scatter_tensor(as_tensor(torch, out), as_tensor(torch, send), op=reduce_op)
+                if op == "avg" and size > 1:
+                    out /= size
+                return out
+            return scatter
 
         def run(send, recv, check=False):
             if recv is not send:

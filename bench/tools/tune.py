@@ -13,8 +13,13 @@ challenger's paired time over the incumbent's, round by round, has a 95% interva
 that interval and the candidates that tie with its choice. A rule covers the sizes up to the
 geometric mean of its size and the next, so a call between measured sizes takes its nearer
 neighbour's choice.
-The rules of the first datatype also stand for every other ("*"). Writes the table, the machine
-and the times (rank 0, atomically; default ``results/tuning-<host>-<N>r.json``) and prints them.
+The rules of the first datatype also stand for every other ("*"). ``--collective`` tunes the
+reduce-scatter and the all-gather too (``reducescatter``, ``allgather``: the candidates that have
+them, timed on the whole vector's size as nccl-tests sizes them); each rule names its collective,
+and a table keeps the rules of the collectives not tuned from the standing table.
+Writes the table, the machine and the times (rank 0, atomically; default
+``results/tuning-<host>-<N>r.json``; the all-reduce's times as ``measured_us``, the others' as
+``reduce_scatter_measured_us`` ...) and prints them.
 Then ``ALLREDUCE_TUNING_FILE=FILE`` makes ``algorithm="auto"`` follow it on communicators of
 the same rank and node count. With more ranks than cores the times measure the scheduler, so the
 table says it is oversubscribed.
@@ -67,28 +72,49 @@ def decide(rounds, incumbent, level=LEVEL):
             "order": [choice, *rest]}
 
 
-def measure(comm, dtype, op, sizes, repeats, names):
+#: --collective (the benchmark's names) -> the collective's name in algorithms and in a table's rules
+COLLECTIVES = {"allreduce": "allreduce", "reducescatter": "reduce_scatter", "allgather": "all_gather"}
+
+
+def call_of(comm, collective, name, x, op):
+    """The call timed for candidate ``name`` of ``collective`` on the whole vector ``x``, out of
+    place: the all-reduce of x, its reduce-scatter into this rank's chunk, or the all-gather of
+    this rank's chunk into a vector as long."""
+    if collective == "allreduce":
+        return functools.partial(algorithms.allreduce, x, np.empty_like(x), op=op, algorithm=name, comm=comm,
+                                 check=False)
+    offsets = algorithms.chunk_offsets(x.size, comm.Get_size())
+    own = offsets[comm.Get_rank() + 1] - offsets[comm.Get_rank()]
+    if collective == "reduce_scatter":
+        return functools.partial(algorithms.reduce_scatter, x, np.empty(own, x.dtype), op=op, algorithm=name,
+                                 comm=comm, check=False)
+    return functools.partial(algorithms.all_gather, x[:own].copy(), np.empty_like(x), algorithm=name, comm=comm,
+                             check=False)
+
+
+def measure(comm, dtype, op, sizes, repeats, names, collective="allreduce"):
     """{bytes: ({candidate: [seconds per round]}, (incumbent, why))} on ``comm``: every candidate
-    timed in turn at each size, and what auto ran there before (:func:`algorithms.auto.choice`:
-    the table it follows, else the model), or the first candidate where that one was not timed."""
+    of ``collective`` timed in turn at each size (the whole vector's), and what auto ran there
+    before (:func:`algorithms.auto.choice`: the table it follows, else the model), or the first
+    candidate where that one was not timed."""
     rows = {}
     for nbytes in sizes:
         count = max(nbytes // dtype.itemsize, 1)
         x = np.ones(count, dtype)
-        y = np.empty_like(x)
-        calls = {name: functools.partial(algorithms.allreduce, x, y, op=op, algorithm=name, comm=comm, check=False)
+        calls = {name: call_of(comm, collective, name, x, op)
                  for name in names if not algorithms.ALGORITHMS[name].lacks(dtype)}  # native: MPI has no bf16, fp8
         iters = iterations_for(count * dtype.itemsize)
-        standing = algorithms.auto.choice(count * dtype.itemsize, dtype.name, comm=comm, op=op)
+        standing = algorithms.auto.choice(count * dtype.itemsize, dtype.name, comm=comm, op=op, collective=collective)
         if standing[0] not in calls:
             standing = (next(iter(calls)), f"the first candidate (auto ran {standing[0]}, not timed here)")
         rows[count * dtype.itemsize] = (timed(comm, calls, iters, max(2, iters // 10), repeats), standing)
     return rows
 
 
-def rules(measured, dtype):
-    """One rule per measured size, first its :func:`decide` choice, up to the geometric mean with the
-    next size; each with the incumbent, where it came from, and the interval behind the choice."""
+def rules(measured, dtype, collective="allreduce"):
+    """One rule per measured size of ``collective``, first its :func:`decide` choice, up to the
+    geometric mean with the next size; each with the incumbent, where it came from, and the
+    interval behind the choice."""
     sizes = sorted(measured)
     out = []
     for i, nbytes in enumerate(sizes):
@@ -96,7 +122,7 @@ def rules(measured, dtype):
         rounds, (incumbent, why) = measured[nbytes]
         decision = decide(rounds, incumbent)
         ratio = decision["ratio"]
-        out.append({"placement": "host", "dtype": dtype, "upto_bytes": upto, "measured_bytes": nbytes,
+        out.append({"collective": collective, "placement": "host", "dtype": dtype, "upto_bytes": upto, "measured_bytes": nbytes,
                     "order": decision["order"], "incumbent": incumbent, "incumbent_from": why,
                     "replaced": decision["replaced"], "challenger": decision["challenger"],
                     "challenger_over_incumbent": ratio and ratio.as_dict(), "ties": decision["ties"]})
@@ -155,8 +181,13 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=7,
                    help="rounds per size, each candidate timed once a round; medians and paired ratios over them, "
                         "with 95%% intervals from 6 rounds on (default 7)")
+    p.add_argument("--collective", default="allreduce",
+                   help="comma list of the collectives to tune, of allreduce, reducescatter and allgather "
+                        "(default allreduce); a table holds rules for each, and the rules of those not tuned "
+                        "are kept from the standing table")
     p.add_argument("--algo", default="all",
-                   help=f"comma list of candidates, of {','.join(candidates())} (default all)")
+                   help=f"comma list of candidates, of {','.join(candidates())} (default all; of each "
+                        "collective's candidates, those named)")
     p.add_argument("-o", "--output", help="the table's path (default results/tuning-<host>-<N>r.json)")
     p.add_argument("--tuning", metavar="FILE",
                    help="the table whose choices stand unless a candidate is measured faster (default: "
@@ -170,10 +201,15 @@ def main(argv=None):
         for dtype in dtypes:
             check_op_dtype(args.op, dtype)
             dtype_index(dtype)
-        names = candidates() if args.algo == "all" else [a.strip() for a in args.algo.split(",")]
-        unknown = [a for a in names if a not in candidates()]
+        collectives = [c.strip() for c in args.collective.split(",")]
+        bad = [c for c in collectives if c not in COLLECTIVES]
+        if bad or not collectives:
+            raise ValueError(f"unknown --collective {','.join(bad)}; choices: {','.join(COLLECTIVES)}")
+        every = [name for name in candidates() if any(name in candidates(COLLECTIVES[c]) for c in collectives)]
+        names = every if args.algo == "all" else [a.strip() for a in args.algo.split(",")]
+        unknown = [a for a in names if a not in every]
         if unknown:
-            raise ValueError(f"unknown --algo {','.join(unknown)}; candidates: {','.join(candidates())}")
+            raise ValueError(f"unknown --algo {','.join(unknown)}; candidates: {','.join(every)}")
         if args.stepfactor < 2 or args.repeats < 1 or args.minbytes > args.maxbytes:
             raise ValueError("need -f >= 2, --repeats >= 1 and -b <= -e")
     except (TypeError, ValueError) as exc:
@@ -190,27 +226,37 @@ def main(argv=None):
         return 2
     header = results_header("tune", SCHEMA, comm, ["tune", *(sys.argv[1:] if argv is None else argv)])
     sizes = sorted({8, *sweep(args.minbytes, args.maxbytes, args.stepfactor)})
-    measured = {dtype.name: measure(comm, dtype, args.op, sizes, args.repeats, names) for dtype in dtypes}
+    tuned = [COLLECTIVES[c] for c in collectives]
+    measured = {(c, dtype.name): measure(comm, dtype, args.op, sizes, args.repeats,
+                                         [n for n in names if n in candidates(c)], c)
+                for c in tuned for dtype in dtypes}
     if comm.Get_rank() == 0:
+        kept = [rule for rule in (load_table(standing)["rules"] if standing else [])
+                if rule.get("collective", "allreduce") not in tuned]
+
+        def per(c, field):  # {dtype: {bytes: {candidate: field(rounds)}}} of collective c
+            return {name: {str(b): field(rounds) for b, (rounds, _) in times.items()}
+                    for (cc, name), times in measured.items() if cc == c}
         table = {"schema": SCHEMA, **header, "op": args.op,
-                 "rules": [rule for name, times in measured.items() for rule in rules(times, name)]
-                 + [{**rule, "dtype": "*"} for rule in rules(measured[dtypes[0].name], "*")],
-                 "measured_us": {name: {str(b): {k: round(median(v) * 1e6, 3) for k, v in rounds.items()}
-                                        for b, (rounds, _) in times.items()} for name, times in measured.items()},
-                 "intervals_us": {name: {str(b): {k: v.as_dict(1e6) for k, v in intervals(rounds).items()}
-                                         for b, (rounds, _) in times.items()} for name, times in measured.items()},
-                 "rounds_us": {name: {str(b): {k: [t * 1e6 for t in v] for k, v in rounds.items()}
-                                      for b, (rounds, _) in times.items()} for name, times in measured.items()}}
+                 "rules": kept + [rule for c in tuned for (cc, name), times in measured.items() if cc == c
+                                  for rule in rules(times, name, c)]
+                 + [{**rule, "dtype": "*"} for c in tuned for rule in rules(measured[c, dtypes[0].name], "*", c)]}
+        for c in tuned:  # the all-reduce's as measured_us, ...; the others' as reduce_scatter_measured_us, ...
+            prefix = "" if c == "allreduce" else f"{c}_"
+            table[f"{prefix}measured_us"] = per(c, lambda rounds: {k: round(median(v) * 1e6, 3) for k, v in rounds.items()})
+            table[f"{prefix}intervals_us"] = per(c, lambda rounds: {k: v.as_dict(1e6) for k, v in intervals(rounds).items()})
+            table[f"{prefix}rounds_us"] = per(c, lambda rounds: {k: [t * 1e6 for t in v] for k, v in rounds.items()})
         write_json_atomically(output, table)
         coverage = stats_coverage(args.repeats) if args.repeats < FULL_ROUNDS else None
-        for name, times in measured.items():
-            print(f"# {name} {args.op}, {comm.Get_size()} ranks on {header['nodes']} node(s), "
+        for (c, name), times in measured.items():
+            print(f"# {c} {name}{'' if c == 'all_gather' else ' ' + args.op}, {comm.Get_size()} ranks on {header['nodes']} node(s), "
                   f"{plural(args.repeats, 'round')} a size: "
                   "medians with 95% intervals" + (f" (below 6 rounds the whole range, which holds the median "
                                                   f"{coverage:.0%} of the time)" if coverage is not None else "")
                   + (f" ({header['oversubscribed']}: the times measure the scheduler)"
                      if header["oversubscribed"] else ""))
-            print(text_blocks(times, [r for r in table["rules"] if r["dtype"] == name]))
+            print(text_blocks(times, [r for r in table["rules"]
+                                      if r["dtype"] == name and r.get("collective", "allreduce") == c]))
         print(f"wrote {output}; ALLREDUCE_TUNING_FILE={output} makes algorithm=\"auto\" follow it", flush=True)
     return 0
 
