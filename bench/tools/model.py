@@ -25,6 +25,12 @@ a port in the file gets its fastest link out and in as its port (--ports capacit
 one, --ranks N, --alpha-us and --beta-GBps describe uniform links: --ranks-per-node R
 consecutive ranks a node (default 1: every rank its own node), each node's port --beta-GBps
 out and in, the links within a node --intra-GBps (default 10 x beta).
+
+--collective reducescatter or allgather models that half instead, as python -m bench
+--collective measures it: the algorithms with a schedule of it, M the whole vector
+(nccl-tests' size), busbw = M / time x (N-1)/N, --results rows of that collective only,
+beside them the model's time over the measured (model/meas.), and the half's own lower
+bound (below the table).
 """
 
 import argparse
@@ -33,29 +39,47 @@ import sys
 import textwrap
 
 import algorithms
-from algorithms.costs import SCHEDULES, cost_model
+from algorithms.costs import SCHEDULES, SCHEDULES_OF, cost_model
 from algorithms.hier import ACROSS
 from topology import BandwidthMatrix
-from topology.model import LowerBound, Network
+from topology.model import HalfBound, LowerBound, Network
 from topology.rings import ring_bottleneck
 
 from ..core.cli import Parser, add_network_flags, add_size_flags
+from ..core.collectives import COLLECTIVES
 from ..core.sizes import sweep
 from ..formats.results import placement_time, read_results
 from ..formats.tables import comment, description, epilog, plural, ratio_text, significant, size_label, table
 from .compare import NATIVE
 
 MODELLED = tuple(SCHEDULES)  # every algorithm the model knows: the registry's, with a schedule
+#: the collectives as ``python -m bench --collective`` names them, in words
+WORDS = {"allreduce": "all-reduce", "reducescatter": "reduce-scatter", "allgather": "all-gather"}
+#: those the cost model has schedules of
+MODELLED_COLLECTIVES = tuple(name for name, spec in COLLECTIVES.items() if spec.half in SCHEDULES_OF)
 
 
-def schedules_text():
-    """Every modelled algorithm's schedule in words: the first paragraph of its docstring."""
-    lines = ["The algorithms' schedules (M bytes per rank, N ranks, S segments of s bytes):"]
-    for name, schedule in SCHEDULES.items():
+def schedules_of(collective):
+    """{name: schedule} of every algorithm with a schedule of ``collective`` (a ``--collective`` name)."""
+    return SCHEDULES_OF[COLLECTIVES[collective].half]
+
+
+def schedules_text(collective="allreduce"):
+    """Every modelled algorithm's schedule of ``collective`` in words: the first paragraph of its docstring."""
+    if collective == "allreduce":
+        lines = ["The algorithms' schedules (M bytes per rank, N ranks, S segments of s bytes):"]
+    else:
+        lines = [f"The algorithms' {WORDS[collective]} schedules (M the whole vector, N chunks of M/N, N ranks):"]
+    schedules = schedules_of(collective)
+    width = max([8, *(len(name) + 2 for name in schedules)])  # a name, then its text
+    for name, schedule in schedules.items():
         first = " ".join((schedule.__doc__ or "").strip().split("\n\n")[0].split())
         first = re.sub(r":\w+:`([^`]*)`", r"\1", first).replace("``", "")  # no reST marks in --help
-        wrapped = textwrap.wrap(first, 84) or ["(undocumented)"]
-        lines += [f"  {name:8s}{wrapped[0]}", *(f"  {'':8s}{line}" for line in wrapped[1:])]
+        wrapped = textwrap.wrap(first, 92 - width) or ["(undocumented)"]
+        lines += [f"  {name:{width}s}{wrapped[0]}", *(f"  {'':{width}s}{line}" for line in wrapped[1:])]
+    if collective == "allreduce":
+        halves = " or ".join(c for c in MODELLED_COLLECTIVES if c != "allreduce")
+        lines.append(f"With --collective {halves}, --help lists that collective's schedules.")
     return "\n".join(lines)
 
 
@@ -71,15 +95,20 @@ def ring_worked_example(n=8, nbytes=14e9, beta_GBps=400, alpha_us=10):
     return volume, volume / (beta_GBps * 1e9), 2 * (n - 1) * alpha_us * 1e-6
 
 
-def measured_rows(paths):
-    """{(algorithm, size): out-of-place dict (time us, bus_bw GB/s)} of our all-reduce rows in
-    ``paths``, and the rank counts they ran on; ``ValueError`` for a file without any."""
+def measured_rows(paths, collective="allreduce"):
+    """{(algorithm, size): out-of-place dict (time us, bus_bw GB/s)} of our rows of ``collective``
+    in ``paths`` (rows of others left out), and the rank counts they ran on; ``ValueError`` for a
+    file without any, naming the collectives it has."""
     measured, ranks = {}, set()
     for path in paths:
-        rows = [r for r in read_results(path) if r.get("collective", "allreduce") == "allreduce"
-                and isinstance(r.get("out_of_place"), dict) and "algorithm" in r]
+        ours = [r for r in read_results(path) if isinstance(r.get("out_of_place"), dict) and "algorithm" in r]
+        rows = [r for r in ours if r.get("collective", "allreduce") == collective]
+        others = sorted({str(r.get("collective", "allreduce")) for r in ours} - {collective})
+        if not rows and others:
+            raise ValueError(f"--results {path}: no {WORDS[collective]} rows, only rows of --collective "
+                             f"{', '.join(others)}; give --collective {others[0]} to set them beside the model")
         if not rows:
-            raise ValueError(f"--results {path}: no all-reduce rows of python -m bench (-J or --log)")
+            raise ValueError(f"--results {path}: no {WORDS[collective]} rows of python -m bench (-J or --log)")
         for r in rows:
             measured[(r["algorithm"], r["size"])] = r["out_of_place"]
             ranks.update([r["ranks"]] if "ranks" in r else [])
@@ -88,54 +117,85 @@ def measured_rows(paths):
 
 HEADER = ["size", "algorithm", "model us", "model GB/s", "limited by", "x bound"]
 MEASURED_HEADER = ["measured us", "measured GB/s", "x bound", f"vs {NATIVE}"]
+HALF_MEASURED_HEADER = ["measured us", "measured GB/s", "model/meas.", "x bound", f"vs {NATIVE}"]
 LEGEND = ("us: the time of one all-reduce; GB/s: its busbw; limited by: what binds in the model; "
           "x bound: the time over the lower bound of any all-reduce on these links (below the table)")
 
 
-def model_cells(model, algorithm, size):
+def legend(collective, measured):
+    """What the columns mean: :data:`LEGEND` for the all-reduce, the half's words otherwise."""
+    if collective == "allreduce":
+        return LEGEND
+    words = WORDS[collective]
+    return (f"us: the time of one {words} of M bytes, the whole vector; GB/s: its busbw, M / time x (N-1)/N; "
+            f"limited by: what binds in the model; "
+            + ("model/meas.: the model's time over the measured; " if measured else "")
+            + f"x bound: the time over the lower bound of any {words} on these links (below the table)")
+
+
+def bound_of(model, collective):
+    """``size -> Bound``: the lower bound of ``collective`` on the model's links (the all-reduce's:
+    :meth:`topology.model.Model.lower_bound`)."""
+    return model.lower_bound if collective == "allreduce" else HalfBound(model.network, COLLECTIVES[collective].half).at
+
+
+def model_cells(model, algorithm, size, collective="allreduce", bound=None):
     """[time us, busbw GB/s, limited by, x bound] of the model, or dashes where it cannot model it."""
     try:
         estimate = model.estimate(algorithm, size)
     except ValueError:
         return ["-", "-", "-", "-"]
     t = estimate.seconds
-    busbw = size / t / 1e9 * 2 * (model.n - 1) / model.n if t > 0 else 0.0
-    return [significant(t * 1e6), significant(busbw), str(estimate.limit), bound_multiple(model, size, t)]
+    busbw = size / t / 1e9 * COLLECTIVES[collective].factor(model.n) if t > 0 else 0.0
+    return [significant(t * 1e6), significant(busbw), str(estimate.limit),
+            bound_multiple(bound or model.lower_bound, size, t)]
 
 
-def bound_multiple(model, size, seconds):
-    """``seconds`` as a multiple of the lower bound at ``size`` ("1.23x"), "-" where there is none."""
+def bound_multiple(bound_at, size, seconds):
+    """``seconds`` as a multiple of the lower bound ``bound_at(size)`` ("1.23x"), "-" where there is none."""
     try:
-        bound = model.lower_bound(size)
+        bound = bound_at(size)
     except ValueError:
         return "-"
     return ratio_text(seconds / bound.seconds) if bound.seconds > 0 and not bound.missing else "-"
 
 
-def model_table(model, algos, sizes, measured):
+def model_over_measured(model, algorithm, size, measured_us):
+    """The model's time over the measured ``measured_us`` ("0.85x"), "-" where it has none."""
+    try:
+        seconds = model.time(algorithm, size)
+    except ValueError:  # not modelled (native MPI)
+        return "-"
+    return ratio_text(seconds * 1e6 / measured_us) if measured_us > 0 else "-"
+
+
+def model_table(model, algos, sizes, measured, collective="allreduce"):
     """Cells per size and algorithm: predicted time, busbw, what limits it and its multiple of
-    the lower bound; with ``measured`` also the measured ones and the measured busbw over
-    native MPI's (which gets a row of its own)."""
-    rows = []
+    the lower bound; with ``measured`` also the measured ones (of a half, with the model's time
+    over the measured) and the measured busbw over native MPI's (which gets a row of its own)."""
+    rows, bound = [], bound_of(model, collective)
+    half = collective != "allreduce"
     for size in sizes:
         native = measured.get((NATIVE, size), {}).get("bus_bw")
         for a in algos + ([NATIVE] if native is not None else []):
             row = [size_label(size), a]
-            row += ["-"] * 4 if a == NATIVE else model_cells(model, a, size)  # native: not modelled
+            row += ["-"] * 4 if a == NATIVE else model_cells(model, a, size, collective, bound)  # native: not modelled
             seen = measured.get((a, size))
             if seen:
                 t = placement_time(seen)
-                row += [significant(t), significant(seen["bus_bw"]), bound_multiple(model, size, t * 1e-6),
-                        ratio_text(seen["bus_bw"] / native) if native else "-"]
+                row += [significant(t), significant(seen["bus_bw"])]
+                if half:
+                    row.append(model_over_measured(model, a, size, t))
+                row += [bound_multiple(bound, size, t * 1e-6), ratio_text(seen["bus_bw"] / native) if native else "-"]
             elif measured:
-                row += ["-"] * 4
+                row += ["-"] * (5 if half else 4)
             rows.append(row)
     return rows
 
 
-def notes(model, algos, largest=None):
-    """The comment lines after the table: ring against the binomial tree, what binds each
-    algorithm at the ``largest`` size, each tree's levels."""
+def notes(model, algos, largest=None, collective="allreduce"):
+    """The comment lines after the table: ring against the binomial tree, the lower bound and
+    what binds each algorithm at the ``largest`` size, each tree's levels."""
     lines = []
     if "ring" in algos and "tree" in algos:
         cross = model.crossover("ring", "tree")
@@ -143,12 +203,15 @@ def notes(model, algos, largest=None):
                      "ring never overtakes the binomial tree on these links")
     if largest:
         try:
-            bound = model.lower_bound(largest)
-            if bound.missing:
-                lines.append(f"no sound bound (x bound: -): {bound.missing}")
+            if collective == "allreduce":
+                bound = model.lower_bound(largest)
+                if bound.missing:
+                    lines.append(f"no sound bound (x bound: -): {bound.missing}")
+                else:
+                    lines.append(f"lower bound at {size_label(largest)}: {significant(bound.seconds * 1e6)} us, "
+                                 f"{bound.kind}: {bound.detail}; it assumes {LowerBound(model.network).assumes}")
             else:
-                lines.append(f"lower bound at {size_label(largest)}: {significant(bound.seconds * 1e6)} us, "
-                             f"{bound.kind}: {bound.detail}; it assumes {LowerBound(model.network).assumes}")
+                lines.append(half_bound_note(model, largest, collective))
         except ValueError as exc:
             lines.append(f"no lower bound: {exc}")
         binds = []
@@ -185,10 +248,39 @@ def notes(model, algos, largest=None):
     return [comment(line) for line in lines]
 
 
+def half_bound_note(model, size, collective):
+    """The note on the lower bound of a reduce-scatter or all-gather (``collective``) at ``size``."""
+    words = WORDS[collective]
+    half_bound = HalfBound(model.network, COLLECTIVES[collective].half)
+    bound = half_bound.at(size)
+    if bound.missing:
+        return f"no sound {words} bound (x bound: -): {bound.missing}"
+    what = ("sends the (N-1)/N M of its input that the other ranks' chunks need" if collective == "reducescatter"
+            else "receives the (N-1)/N M of the other ranks' chunks")
+    return (f"{words} lower bound at {size_label(size)}: {significant(bound.seconds * 1e6)} us, {bound.kind}: "
+            f"{bound.detail} (each rank {what}, each node of R ranks (N-R)/N M, each rack likewise, over what "
+            f"its links and port carry, plus one latency; or the latency every rank's result takes); it assumes "
+            f"{half_bound.parties()[1].assumes}")
+
+
+def collective_of(argv):
+    """The ``--collective`` of ``argv`` for the --help epilog (allreduce where absent or unknown;
+    the parser itself says what is wrong with it)."""
+    found = "allreduce"
+    for i, arg in enumerate(argv):
+        if arg == "--collective" and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif arg.startswith("--collective="):
+            found = arg.split("=", 1)[1]
+    return found if found in MODELLED_COLLECTIVES else "allreduce"
+
+
 def main(argv):
     p = Parser(prog="python -m bench model", description=description(__doc__),
-                                epilog=epilog(__doc__) + "\n\n" + schedules_text(),
+                                epilog=epilog(__doc__) + "\n\n" + schedules_text(collective_of(argv)),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--collective", choices=MODELLED_COLLECTIVES, default="allreduce",
+                   help="the collective to model, as python -m bench --collective names it (default allreduce)")
     p.add_argument("--topology", metavar="FILE",
                    help="a probe file (python -m topology probe): per-link alpha and beta, nodes and ports "
                         "(default: uniform links)")
@@ -199,11 +291,12 @@ def main(argv):
     p.add_argument("--hier-across", choices=ACROSS, default="ring",
                    help="hier's all-reduce between the nodes (default ring)")
     add_size_flags(p, "8", "256M", 4)
-    p.add_argument("--algo", default=",".join(MODELLED),
-                   help=f"comma list of algorithms to model (default {','.join(MODELLED)})")
+    p.add_argument("--algo",
+                   help=f"comma list of algorithms to model (default {','.join(MODELLED)}; with --collective "
+                        "reducescatter or allgather, every one with a schedule of it)")
     p.add_argument("--results", nargs="*", default=[], metavar="FILE",
                    help="our -J documents or JSON-lines logs: measured time and busbw beside the model, "
-                        "and the ratio to native MPI (default: none)")
+                        "and the ratio to native MPI; rows of the --collective only (default: none)")
     args = p.parse_args(argv)
     try:
         if args.topology:
@@ -217,33 +310,40 @@ def main(argv):
                                      args.intra_GBps)
         else:
             raise ValueError("give --topology FILE, or --ranks N with --alpha-us and --beta-GBps")
-        algos = args.algo.split(",")
-        bad = [a for a in algos if a not in MODELLED]
+        known = tuple(schedules_of(args.collective))
+        algos = (args.algo or ",".join(known)).split(",")
+        bad = [a for a in algos if a not in known]
+        if bad and args.collective != "allreduce":
+            raise ValueError(f"--algo {','.join(bad)}: no {WORDS[args.collective]} schedule; "
+                             f"choices: {','.join(known)}")
         if bad:
             raise ValueError(f"unknown --algo {','.join(bad)}; choices: {','.join(MODELLED)}")
         sizes = sweep(args.minbytes, args.maxbytes, args.stepfactor)
-        measured, measured_ranks = measured_rows(args.results)
-        model = cost_model(matrix, ports=args.ports, across=args.hier_across)
+        measured, measured_ranks = measured_rows(args.results, args.collective)
+        model = cost_model(matrix, ports=args.ports, across=args.hier_across,
+                           collective=COLLECTIVES[args.collective].half)
         for a in algos:  # a tree that cannot be built on these links is refused here, not in the table
             if tree_method(a):
                 model.tree(tree_method(a))
     except (ValueError, OSError) as exc:
         print(f"python -m bench model: {exc}", file=sys.stderr)
         return 2
-    print("\n".join(heading(args, model, measured_ranks)))
-    header = HEADER + (MEASURED_HEADER if measured else [])
-    print("\n".join(table(header, model_table(model, algos, sizes, measured), left=(1, 4))))
-    print("\n".join(notes(model, algos, max(sizes))))
+    print("\n".join(heading(args, model, measured_ranks, algos, bool(measured))))
+    half = args.collective != "allreduce"
+    header = HEADER + ((HALF_MEASURED_HEADER if half else MEASURED_HEADER) if measured else [])
+    print("\n".join(table(header, model_table(model, algos, sizes, measured, args.collective), left=(1, 4))))
+    print("\n".join(notes(model, algos, max(sizes), args.collective)))
     return 0
 
 
-def heading(args, model, measured_ranks):
-    """The comment lines above the table: the links, the nodes and their ports, and what the
-    measured columns are."""
+def heading(args, model, measured_ranks, algos, measured=False):
+    """The comment lines above the table: the collective, the links, the nodes and their ports,
+    and what the measured columns are."""
     network = model.network
     source = f"the links of {args.topology}" if args.topology else \
         f"uniform links, alpha {args.alpha_us:g} us, beta {args.beta_GBps:g} GB/s"
-    lines = [comment(f"alpha-beta model of {plural(model.n, 'rank')}, {source}")]
+    what = "" if args.collective == "allreduce" else f"the {WORDS[args.collective]} on "
+    lines = [comment(f"alpha-beta model of {what}{plural(model.n, 'rank')}, {source}")]
     k = network.node_count
     nodes = "every rank its own node" if k == model.n else \
         f"{plural(k, 'node')} of {'/'.join(sorted({str(len(g)) for g in network.node_ranks()}))} ranks"
@@ -257,7 +357,8 @@ def heading(args, model, measured_ranks):
         ports = "each node's port as fast as its fastest link out and in"
     else:
         ports = "no port limits"
-    hier = f"; hier across nodes: {model.across}" if "hier" in args.algo.split(",") else ""
+    hier = "" if "hier" not in algos else f"; hier across nodes: {model.across}" if args.collective == "allreduce" \
+        else "; hier's halves run rings across nodes"
     lines.append(comment(f"{nodes}; {ports}, shared max-min fairly by the node's concurrent transfers{hier}"))
     if args.results:
         lines.append(comment(f"measured (out-of-place): {', '.join(args.results)}; vs {NATIVE} = measured busbw / "
@@ -265,5 +366,5 @@ def heading(args, model, measured_ranks):
     if measured_ranks - {model.n}:
         ran = ", ".join(map(str, sorted(measured_ranks)))
         lines.append(comment(f"note: the measured runs had {ran} ranks, the model {model.n}"))
-    lines.append(comment(LEGEND))
+    lines.append(comment(legend(args.collective, measured)))
     return lines

@@ -326,3 +326,57 @@ class Capacities:
                     if p != q:
                         edge(("core", q), ("core-in", p), np.inf)
         return g
+
+
+class HalfBound:
+    """A lower bound on the time of any reduce-scatter or all-gather of M bytes (the whole
+    vector, N chunks of M/N) on a :class:`topology.model.Network`, for algorithms that move
+    elements between ranks. A reduce-scatter's rank must send the (N-1)/N M of its input that
+    the other ranks' chunks need (any sum holding it is still an element per place); an
+    all-gather's rank must receive the (N-1)/N M of the other ranks' chunks. Likewise a node of R
+    ranks (N-R)/N M over its port and its links to the other nodes, and a rack over its
+    up-link (down-link). Each over the most its links carry at once
+    (:class:`Capacities`), plus one least latency, or the latency
+    bound of :class:`LowerBound` (every rank's result depends on every rank's
+    input), whichever is larger; on a probed network the same margins and latencies as there."""
+
+    def __init__(self, network, collective):
+        """``collective``: "reduce_scatter" or "all_gather"."""
+        self.network = network
+        self.collective = collective
+        self._parties = None
+
+    def parties(self):
+        """[(share of M, B/s, in words)] of each rank, node and rack, and the Floor, built once."""
+        if self._parties is None:
+            net = self.network
+            floor = Floor(net)
+            capacity = Capacities(net, floor.intra, PROBE_ERROR if floor.probed else 1.0)
+            side = 0 if self.collective == "reduce_scatter" else 1  # sending, receiving
+            way = ("sending", "receiving")[side]
+            n, sizes = net.n, np.bincount(net.nodes, minlength=net.node_count)
+            found = [((n - 1) / n, rate, f"rank {r}'s {way}") for r, rate in enumerate(capacity.rank_rates()[side])]
+            if net.node_count > 1:
+                port = ("egress", "ingress")[side]
+                found += [((n - sizes[k]) / n, rate, f"the {port} of node {k}")
+                          for k, rate in enumerate(capacity.node_rates()[side])]
+            if net.racks is not None and net.racks.max() > 0:
+                links, kind = (net.up, "up") if side == 0 else (net.down, "down")
+                in_rack = np.bincount(net.racks, weights=sizes, minlength=len(links))
+                found += [((n - in_rack[q]) / n, link * capacity.margin, f"the {kind}-link of rack {q}")
+                          for q, link in enumerate(links)]
+            self._parties = ([(share, float(rate), text) for share, rate, text in found if share > 0 and rate > 0],
+                             floor)
+        return self._parties
+
+    def at(self, nbytes):
+        """The :class:`Bound` for ``nbytes``, the whole vector."""
+        m = float(nbytes)
+        if self.network.n == 1 or m <= 0:
+            return Bound(0.0, "none", "nothing moves")
+        parties, floor = self.parties()
+        (hops, hops_text), alpha = floor.latency()
+        share, rate, text = max(parties, key=lambda p: p[0] / p[1], default=(0.0, 1.0, "no limit anywhere"))
+        if hops > share * m / rate + alpha:
+            return Bound(hops, "latency", hops_text, floor.missing)
+        return Bound(share * m / rate + alpha, "traffic", text, floor.missing)
