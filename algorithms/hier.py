@@ -39,6 +39,12 @@ On one node the node is the communicator itself, and with one rank per node so i
 piece's communicator: those run on the caller's :class:`Collective`, and nothing is built.
 Collectives on the sub-communicators never call ``finish``: ``avg`` is summed here and
 divided once by the whole rank count by the caller (:meth:`Collective.finish`).
+
+The halves on their own (:func:`reduce_scatter`, :func:`all_gather`) keep the standard layout,
+chunk r of ``chunk_offsets(count, N)`` on rank r, whatever the nodes: the reduce-scatter reduces
+within the node, then across the nodes among the ranks that hold partial sums of the same
+chunks; the all-gather runs the same stages in reverse (see :class:`Packing`). They run rings
+across the nodes, also with ``ALLREDUCE_HIER_ACROSS=bamtree`` (a tree reduces to one root).
 """
 
 import math
@@ -57,7 +63,7 @@ from .layout import SEGMENT_BYTES, chunk_offsets
 from .plans import from_bandwidth, matrix_key
 from .settings import WIRE, setting
 
-__all__ = ["Layout", "allreduce", "layout_of", "node_layout", "prepare"]
+__all__ = ["Layout", "Packing", "all_gather", "allreduce", "layout_of", "node_layout", "prepare", "reduce_scatter"]
 
 RESOURCE = "hier"  # the name of the Layout among a Private's resources
 #: what runs between the nodes (ALLREDUCE_HIER_ACROSS; the cost model's ``across``)
@@ -126,6 +132,11 @@ class Layout:
         node = self.nodes[rank]
         self.local_size = len(self.members[node])
         self.local_rank = self.members[node].index(rank)
+        self.local_ranks = [0] * size  # of every rank
+        for ranks in self.members:
+            for i, r in enumerate(ranks):
+                self.local_ranks[r] = i
+        self._packings = {}  # count -> the halves' Packing
         self.pieces = max(len(ranks) for ranks in self.members)  # L
         # one node: the node is the communicator itself, in the same order, so hier runs on its
         # Collective; one rank per node: so is the one piece's communicator (node k is rank k)
@@ -182,6 +193,15 @@ class Layout:
                 self._trees.clear()
             tree = self._trees[bandwidth.key] = build_tree(inter, root=0, method="bam")
         return tree
+
+    def packing(self, count):
+        """The halves' :class:`Packing` of ``count`` elements, made once per count (64 kept)."""
+        packing = self._packings.get(count)
+        if packing is None:
+            if len(self._packings) >= 64:
+                self._packings.clear()
+            packing = self._packings[count] = Packing(self, count)
+        return packing
 
     def free(self):
         """Free the sub-communicators, newest first (collective; again is a no-op)."""
@@ -274,6 +294,107 @@ def _all_gather(node, pieces, recvbuf, offsets):
             recvbuf[lo:hi] = pad[t * width:t * width + hi - lo]
 
 
+class Packing:
+    """Where the halves keep the chunks (of ``chunk_offsets(count, N)``) on K > 1 nodes of up to
+    L > 1 ranks, in a scratch vector: piece p (of L) is K slots of w elements (w the largest
+    chunk), slot k the chunk of node k's local rank p, or spare where node k has p ranks or
+    fewer. Piece p is what its owners (:func:`owners`) hold, one per node: on a node of L ranks
+    local rank i's piece holds the chunks of the local ranks i of every node; on a smaller node
+    a local rank owns several pieces, its chunk in the first. So within a node of n ranks the
+    pieces go as the all-reduce's shards, in ceil(L/n) rounds of n (the last padded with spare
+    pieces), and across the nodes each piece is K equal chunks on its owners' ring, the node's
+    index its rank there. Padding (a short chunk's last element, spare slots and pieces) is
+    zeroed by the reduce-scatter, reduced like the rest and thrown away."""
+
+    def __init__(self, layout, count):
+        k, n, pieces = len(layout.members), layout.local_size, layout.pieces
+        offsets = chunk_offsets(count, layout.size)
+        w = self.slot = offsets[1] - offsets[0]
+        self.piece = k * w
+        rounds = -(-pieces // n)
+        self.length = rounds * n * self.piece
+        #: (lo, hi) of every rank's chunk in the vector, and where it starts here
+        self.places = [(offsets[r], offsets[r + 1], (layout.local_ranks[r] * k + layout.nodes[r]) * w)
+                       for r in range(layout.size)]
+        spare = [(at + hi - lo, at + w) for lo, hi, at in self.places if hi - lo < w]
+        spare += [((p * k + j) * w, (p * k + j + 1) * w) for p in range(pieces)
+                  for j, ranks in enumerate(layout.members) if len(ranks) <= p]
+        spare.append((pieces * self.piece, self.length))
+        self.spare = [(lo, hi) for lo, hi in spare if hi > lo]
+        #: this node's rounds: (the round's span, this local rank's piece in it)
+        i, size, piece = layout.local_rank, n * self.piece, self.piece
+        self.rounds = [(slice(j * size, (j + 1) * size), slice(j * size + i * piece, j * size + (i + 1) * piece))
+                       for j in range(rounds)]
+        lo, hi, at = self.places[layout.rank]
+        self.own = slice(at, at + hi - lo)  # this rank's chunk, at the start of its slot
+
+    def pieces(self, buf, layout):
+        """This rank's pieces of ``buf`` in increasing order, with their communicators across the nodes."""
+        return [(buf[p * self.piece:(p + 1) * self.piece], private) for p, private in layout.mine.items()]
+
+
+def _halves_run_flat(layout):
+    """Whether the ring's halves on the whole communicator are hier's: one node (the node in
+    rank order), or one rank per node (the across ring in rank order)."""
+    return layout.size == 1 or layout.node_is_whole or layout.pieces == 1
+
+
+def reduce_scatter(coll, src, partial, result, plan=None):
+    """Chunk r of the reduction on rank r: every rank's chunks packed into their slots
+    (:class:`Packing`), the node's reduce-scatter of its rounds of pieces (:func:`ring.reduce_scatter`
+    on the node's communicator) leaving each local rank its pieces reduced over the node, then each
+    owned piece's reduce-scatter across the nodes on its owners' communicator, in increasing order
+    (as the all-reduce's shards: no cycle of waits), leaving each rank its own slot reduced over
+    every rank. ``plan`` (bandwidth= with bamtree across) is not used: rings run across."""
+    layout = coll.private.resource(RESOURCE, Layout)
+    if _halves_run_flat(layout):
+        ring.reduce_scatter(coll, src, partial, result)
+        return
+    if src.size == 0:
+        return
+    xp, op = coll.xp, coll.op
+    pack = layout.packing(src.size)
+    buf = coll.scratch(src.dtype, pack.length, "hier-pack")
+    for lo, hi, at in pack.places:
+        xp.copyto(buf[at:at + hi - lo], src[lo:hi])
+    for lo, hi in pack.spare:
+        buf[lo:hi] = 0
+    if layout.node is not None:
+        node = layout.node.collective(xp, op)
+        for span, mine in pack.rounds:
+            ring.reduce_scatter(node, buf[span], buf[span], buf[mine])
+    for piece, private in pack.pieces(buf, layout):
+        across = private.collective(xp, op)
+        ring.reduce_scatter(across, piece, piece, piece[across.rank * pack.slot:(across.rank + 1) * pack.slot])
+    xp.copyto(result, buf[pack.own])
+
+
+def all_gather(coll, whole, plan=None):
+    """The reduce-scatter's stages in reverse, copies only: this rank's chunk into its slot, each
+    owned piece's all-gather across the nodes (in increasing order), the node's all-gather of its
+    rounds of pieces, then every chunk from its slot to its place. ``plan`` is not used."""
+    layout = coll.private.resource(RESOURCE, Layout)
+    if _halves_run_flat(layout):
+        ring.all_gather(coll, whole)
+        return
+    if whole.size == 0:
+        return
+    xp = coll.xp
+    pack = layout.packing(whole.size)
+    buf = coll.scratch(whole.dtype, pack.length, "hier-pack")
+    lo, hi, _ = pack.places[layout.rank]
+    xp.copyto(buf[pack.own], whole[lo:hi])
+    for piece, private in pack.pieces(buf, layout):
+        ring.all_gather(private.collective(xp, None), piece)
+    if layout.node is not None:
+        node = layout.node.collective(xp, None)
+        for span, _ in pack.rounds:
+            ring.all_gather(node, buf[span])
+    for rank, (lo, hi, at) in enumerate(pack.places):
+        if rank != layout.rank:
+            xp.copyto(whole[lo:hi], buf[at:at + hi - lo])
+
+
 class Bandwidth:
     """A rank-level bandwidth matrix checked for this communicator, with the checksum the
     agreement check compares (as a tree's :meth:`topology.Tree.digest`)."""
@@ -317,35 +438,78 @@ def schedule(model, m):
     R ranks: 2(R-1)(alpha_i + M/(R beta_i)) + 2(K-1)(alpha + M/(K beta)) on uniform links."""
     if model.across not in ACROSS:
         raise ValueError(f"hier across {model.across!r}: choices {', '.join(ACROSS)}")
-    groups = sorted(model.network.node_ranks(), key=lambda g: g[0])  # hier's nodes: by first rank
-    k, sizes = len(groups), [len(g) for g in groups]
-    pieces = max(sizes)
+    groups = _nodes(model)
+    k, pieces = len(groups), max(len(g) for g in groups)
     piece = m / pieces
-    parts = []
-    within = None
-    for n in sorted(set(sizes) - {1}):  # the nodes of n ranks, at once: no port between them
-        rings = [g for g in groups if len(g) == n]
-        phase = model.phase(("hier", "within", n), lambda rings=rings: (
-            np.concatenate(rings), np.concatenate([np.roll(g, -1) for g in rings])))
-        steps, t = 2 * math.ceil(pieces / n) * (n - 1), phase.time(piece)
-        if within is None or steps * t.seconds > within[0] * within[1].seconds:
-            within = (steps, t)
-    if within:
-        parts.append((within[0], "within nodes", within[1]))
+    within = _within(model, groups, 2, piece)
+    parts = [(within[0], "within nodes", within[1])] if within else []
     if k == 1:
         return parts
-    wave = min(sizes)
-    for w in range(math.ceil(pieces / wave)):
-        owners_of = np.array([[g[p % len(g)] for g in groups] for p in range(w * wave, min(pieces, (w + 1) * wave))])
-        label = "across nodes" if w == 0 else f"across nodes, wave {w + 1}"
+    for w, label, owners_of in _waves(groups):
         if model.across == "ring":
-            ring_phase = model.phase(("hier", "ring", w), lambda o=owners_of: (o.ravel(), np.roll(o, -1, axis=1).ravel()))
-            parts.append((2 * (k - 1), label, ring_phase.time(piece / k)))
+            parts.append((2 * (k - 1), label, _across_ring(model, w, owners_of).time(piece / k)))
             continue
         edges = model.kept(("hier", "edges", w), lambda o=owners_of: _across_edges(model, groups, o))
         tree_parts = model.pipelined(("hier", "bamtree", w), [edges], piece, SEGMENT_BYTES)
         parts += [(c, f"{label}: {name}", t) for c, name, t in tree_parts]
     return parts
+
+
+def half_schedule(model, m):
+    """Within each node L-1 steps of M/L, then across the nodes K-1 steps of M/N on each
+    local rank's ring, the L rings of a node sharing its port: (L-1)(alpha_i + M/(L beta_i)) +
+    (K-1)(alpha + M/(K beta)) on uniform links with K nodes of L ranks, M the whole vector.
+
+    The reduce-scatter's schedule and the all-gather's (the same stages in reverse). On one node,
+    or one rank per node, the ring's halves (:data:`ring.half_schedule`). Nodes of different sizes
+    (:class:`Packing`): pieces of K chunks of M/N, node k's ring ceil(L/n_k) rounds of n_k - 1
+    steps of a piece; the pieces cross in waves of the smallest node's n, each on its owners'
+    ring, K-1 steps of M/N. Rings run across the nodes whatever ``model.across``."""
+    groups = _nodes(model)
+    k, pieces = len(groups), max(len(g) for g in groups)
+    if k == 1 or pieces == 1:
+        return ring.half_schedule(model, m)
+    slot = m / model.n
+    within = _within(model, groups, 1, k * slot)
+    parts = [(within[0], "within nodes", within[1])] if within else []
+    return parts + [(k - 1, label, _across_ring(model, w, owners_of).time(slot))
+                    for w, label, owners_of in _waves(groups)]
+
+
+def _nodes(model):
+    """hier's nodes on the model's network: their ranks, the nodes in order of their first rank."""
+    return sorted(model.network.node_ranks(), key=lambda g: g[0])
+
+
+def _within(model, groups, laps, nbytes):
+    """(steps, PhaseTime) of the reductions within the nodes: on nodes of n ranks ``laps`` times
+    ceil(L/n) rounds of n - 1 steps of ``nbytes``, the nodes of each size at once (no port between
+    them), the size that takes longest; None where every node has one rank."""
+    pieces = max(len(g) for g in groups)
+    within = None
+    for n in sorted({len(g) for g in groups} - {1}):
+        rings = [g for g in groups if len(g) == n]
+        phase = model.phase(("hier", "within", n), lambda rings=rings: (
+            np.concatenate(rings), np.concatenate([np.roll(g, -1) for g in rings])))
+        steps, t = laps * math.ceil(pieces / n) * (n - 1), phase.time(nbytes)
+        if within is None or steps * t.seconds > within[0] * within[1].seconds:
+            within = (steps, t)
+    return within
+
+
+def _waves(groups):
+    """``(w, label, owners)`` of each wave of pieces across the nodes, the smallest node's n pieces
+    at once: ``owners[j, k]`` the rank of node k that holds the wave's piece j (:func:`owners`)."""
+    sizes = [len(g) for g in groups]
+    pieces, wave = max(sizes), min(sizes)
+    for w in range(math.ceil(pieces / wave)):
+        owners_of = np.array([[g[p % len(g)] for g in groups] for p in range(w * wave, min(pieces, (w + 1) * wave))])
+        yield w, "across nodes" if w == 0 else f"across nodes, wave {w + 1}", owners_of
+
+
+def _across_ring(model, w, owners_of):
+    """The phase of wave ``w``'s rings across the nodes: each piece's owners in node order."""
+    return model.phase(("hier", "ring", w), lambda: (owners_of.ravel(), np.roll(owners_of, -1, axis=1).ravel()))
 
 
 def _across_edges(model, groups, owners_of):
@@ -368,4 +532,6 @@ def _between_nodes(model, groups):
 
 
 ALGORITHM = Algorithm("hier", allreduce, schedule=schedule, prepare=prepare,
-                      needs_bandwidth=lambda: setting("ALLREDUCE_HIER_ACROSS") == "bamtree")
+                      needs_bandwidth=lambda: setting("ALLREDUCE_HIER_ACROSS") == "bamtree",
+                      reduce_scatter=reduce_scatter, all_gather=all_gather,
+                      reduce_scatter_schedule=half_schedule, all_gather_schedule=half_schedule)

@@ -20,6 +20,15 @@ Cost on uniform links: 2m rounds of k-1 concurrent messages,
 T ~ 2 log_k(p) alpha + 2 (p-1)/p M/beta (+ 2 (alpha + M/beta) for the fold when N > p):
 the ring's bandwidth term with log_k p instead of N-1 start-ups.
 
+The halves run alone (:func:`reduce_scatter`, :func:`all_gather`) keep the chunk layout of
+:func:`.layout.chunk_offsets`, so they cut the vector at group boundaries instead
+(:func:`group_steps`): a core's range is always a whole number of groups' chunks, and the
+steps go from the farthest cores to the nearest, so that after the m halving steps core v
+holds group v's chunks, reduced over every rank, and sends each member its own; the all-gather
+runs them in reverse (recursive doubling, nearest first). On uniform links each takes
+log_k(p) alpha + (p-1)/p M/beta where N = p, plus the fold where N > p. Out of place, the
+reduce-scatter takes a whole-length scratch vector on each core for its partial sums.
+
 ``ALLREDUCE_RADIX`` sets k (default 2; agreed on by every rank); a radix above N runs as N
 (one step: each core exchanges a 1/N slice with every other). Parts move in pipeline segments
 (:func:`.layout.segment_offsets`), so the workspace is k-1 segments.
@@ -65,6 +74,26 @@ def steps(count, n, k, core):
     return found
 
 
+def group_steps(count, n, k, core):
+    """:func:`steps` cut at group boundaries, the farthest cores first (stride p/k down to 1):
+    part j of a step is the sub-block of cores whose digit is j, and the elements of their
+    groups' ranks' chunks (:func:`.layout.chunk_offsets` of ``count`` over n), so that after
+    the m steps core v holds group v's chunks (Thakur, Rabenseifner & Gropp 2005, section
+    4.1's recursive halving; the all-gather runs them in reverse, nearest first)."""
+    p, _, groups = cores(n, k)
+    offsets = chunk_offsets(count, n)
+    stride, found = p // k, []
+    while stride:
+        digit = (core // stride) % k
+        base = core - core % (stride * k)
+        parts = tuple((offsets[groups[base + j * stride]], offsets[groups[base + (j + 1) * stride]])
+                      for j in range(k))
+        peers = tuple(core + (j - digit) * stride for j in range(k))
+        found.append(((parts[0][0], parts[-1][1]), digit, parts, peers))
+        stride //= k
+    return found
+
+
 def _pieces(parts, itemsize):
     """Each part's pipeline pieces as slices, the same number for every part (that of the
     largest), so that the j-th piece sent matches the j-th piece received."""
@@ -74,18 +103,19 @@ def _pieces(parts, itemsize):
 
 
 @functools.lru_cache(maxsize=256)
-def _plan(count, itemsize, n, k, rank):
+def _plan(count, itemsize, n, k, rank, cut=steps):
     """What ``rank`` does, made once per shape: ``(core_rank, members, rounds)``: the core it
     sends to and gets the result from (None for a core), the members a core reduces in (by
-    rank), and per step ``(reduce_rounds, gather_rounds)``, each round
-    ``(send slices, dest, recv slices, source)`` over the same pieces."""
+    rank), and per step of ``cut`` (:func:`steps` or :func:`group_steps`)
+    ``(reduce_rounds, gather_rounds)``, each round ``(send slices, dest, recv slices, source)``
+    over the same pieces."""
     p, core_ranks, groups = cores(n, k)
     group = int(np.searchsorted(groups, rank, side="right")) - 1
     if rank != core_ranks[group]:
         return core_ranks[group], (), ()
     members = tuple(range(groups[group], rank))
     plan = []
-    for _, digit, parts, peers in steps(count, n, k, group):
+    for _, digit, parts, peers in cut(count, n, k, group):
         pieces = _pieces(parts, itemsize)
         reduce_rounds, gather_rounds = [], []
         for t in range(1, k):
@@ -96,41 +126,25 @@ def _plan(count, itemsize, n, k, rank):
     return None, members, tuple(plan)
 
 
-def bind(coll, count, dtype):
-    """``run(sendbuf, recvbuf)`` for vectors of ``count`` elements of ``dtype``."""
-    n = coll.size
-    if n == 1:
-        return coll.start_in
-    k = radix(n)
-    core, members, plan = _plan(count, dtype.itemsize, n, k, coll.rank)
-    send, recv, recv_combine, combine = coll.send, coll.recv, coll.recv_combine, coll.combine
-    segments = segment_offsets(count, dtype.itemsize)
-    if core is not None:
-        def run_member(sendbuf, recvbuf):
-            for lo, hi in zip(segments, segments[1:]):
-                send(sendbuf[lo:hi], core)
-            recv(recvbuf, core)
-        return run_member
+def _reducer(coll, dtype, rounds):
+    """``reduce(current, out)``: the k-1 rounds of one halving step, piece by piece, reducing the
+    parts received into this core's part of ``current`` and writing it to ``out``. Radix 2: the
+    step's exchange of each piece, bound once (:meth:`Collective.exchange`); else every receive
+    and send posted at once and the parts reduced in round order."""
+    combine = coll.combine
+    if len(rounds) == 1:
+        outs, dest, intos, source = rounds[0]
+        paired = tuple(zip(
+            (coll.exchange(dtype, out.stop - out.start, dest, into.stop - into.start, source, True)
+             for out, into in zip(outs, intos)), outs, intos))
+
+        def reduce(current, out):
+            for exchange, sent, into in paired:
+                exchange(current[sent], current[into], out[into])
+        return reduce
     isend, irecv = coll.isend, coll.irecv
 
-    def exchanges(rounds, reducing):
-        """Radix 2 (one round a step): the step's exchange of each piece, bound once here."""
-        if len(rounds) > 1:
-            return None
-        outs, dest, intos, source = rounds[0]
-        return tuple(coll.exchange(dtype, out.stop - out.start, dest, into.stop - into.start, source, reducing)
-                     for out, into in zip(outs, intos))
-
-    bound = tuple((exchanges(reduce_rounds, True), exchanges(gather_rounds, False)) for reduce_rounds, gather_rounds in plan)
-
-    def reduce_step(rounds, paired, current, recvbuf):
-        """The k-1 rounds of one halving step, piece by piece: its bound exchanges (``paired``)
-        where k = 2, else every receive and send posted at once and the parts reduced in round order."""
-        if paired is not None:
-            outs, _, intos, _ = rounds[0]
-            for exchange, out, into in zip(paired, outs, intos):
-                exchange(current[out], current[into], recvbuf[into])
-            return
+    def reduce(current, out):
         for j, into in enumerate(rounds[0][2]):
             incoming = [coll.scratch(dtype, into.stop - into.start, f"rabenseifner-{t}") for t in range(len(rounds))]
             receives = [irecv(buf, source) for buf, (_, _, _, source) in zip(incoming, rounds)]
@@ -138,35 +152,83 @@ def bind(coll, count, dtype):
             acc = current[into]
             for buf, request in zip(incoming, receives):
                 request.Wait()
-                combine(acc, buf, recvbuf[into])
-                acc = recvbuf[into]
+                combine(acc, buf, out[into])
+                acc = out[into]
             for request in sends:
                 request.Wait()
+    return reduce
 
-    def gather_step(rounds, paired, recvbuf):
-        """The k-1 rounds of one doubling step, piece by piece, as :func:`reduce_step`."""
-        if paired is not None:
-            outs, _, intos, _ = rounds[0]
-            for exchange, out, into in zip(paired, outs, intos):
-                exchange(recvbuf[out], recvbuf[into])
-            return
+
+def _gatherer(coll, dtype, rounds):
+    """``gather(buf)``: the k-1 rounds of one doubling step, piece by piece, as :func:`_reducer`."""
+    if len(rounds) == 1:
+        outs, dest, intos, source = rounds[0]
+        paired = tuple(zip(
+            (coll.exchange(dtype, out.stop - out.start, dest, into.stop - into.start, source)
+             for out, into in zip(outs, intos)), outs, intos))
+
+        def gather(buf):
+            for exchange, sent, into in paired:
+                exchange(buf[sent], buf[into])
+        return gather
+    isend, irecv = coll.isend, coll.irecv
+
+    def gather(buf):
         for j in range(len(rounds[0][0])):
-            requests = [irecv(recvbuf[intos[j]], source) for _, _, intos, source in rounds]
-            requests += [isend(recvbuf[outs[j]], dest) for outs, dest, _, _ in rounds]
+            requests = [irecv(buf[intos[j]], source) for _, _, intos, source in rounds]
+            requests += [isend(buf[outs[j]], dest) for outs, dest, _, _ in rounds]
             for request in requests:
                 request.Wait()
+    return gather
+
+
+def _bound(coll, count, dtype, cut):
+    """:func:`_plan` with each step bound (made once per shape: :meth:`Collective.plan`):
+    ``(core_rank, members, steps)``, ``steps`` per step ``(reduce(current, out), gather(buf))``."""
+    core, members, plan = _plan(count, dtype.itemsize, coll.size, radix(coll.size), coll.rank, cut)
+    return core, members, tuple((_reducer(coll, dtype, reduce_rounds), _gatherer(coll, dtype, gather_rounds))
+                                for reduce_rounds, gather_rounds in plan)
+
+
+def _send_in(coll, vector, core):
+    """A member's fold in: ``vector`` to its core, in pipeline segments."""
+    segments = segment_offsets(vector.size, vector.itemsize)
+    for lo, hi in zip(segments, segments[1:]):
+        coll.send(vector[lo:hi], core)
+
+
+def _fold_in(coll, members, current, out):
+    """A core's fold in: each member's vector, segment by segment, reduced into ``current``
+    (written to ``out``); what holds the sum after (``current`` where there are no members)."""
+    segments = segment_offsets(current.size, current.itemsize)
+    for member in members:
+        for lo, hi in zip(segments, segments[1:]):
+            coll.recv_combine(current[lo:hi], member, out[lo:hi])
+        current = out
+    return current
+
+
+def bind(coll, count, dtype):
+    """``run(sendbuf, recvbuf)`` for vectors of ``count`` elements of ``dtype``."""
+    if coll.size == 1:
+        return coll.start_in
+    core, members, steps_bound = coll.plan(_bound, count, dtype, steps)
+    if core is not None:
+        recv = coll.recv
+
+        def run_member(sendbuf, recvbuf):
+            _send_in(coll, sendbuf, core)
+            recv(recvbuf, core)
+        return run_member
+    send = coll.send
 
     def run(sendbuf, recvbuf):
-        current = sendbuf
-        for member in members:
-            for lo, hi in zip(segments, segments[1:]):
-                recv_combine(current[lo:hi], member, recvbuf[lo:hi])
+        current = _fold_in(coll, members, sendbuf, recvbuf)
+        for reduce, _ in steps_bound:
+            reduce(current, recvbuf)
             current = recvbuf
-        for (reduce_rounds, _), (paired, _) in zip(plan, bound):
-            reduce_step(reduce_rounds, paired, current, recvbuf)
-            current = recvbuf
-        for (_, gather_rounds), (_, paired) in zip(reversed(plan), reversed(bound)):
-            gather_step(gather_rounds, paired, recvbuf)
+        for _, gather in reversed(steps_bound):
+            gather(recvbuf)
         for member in members:
             send(recvbuf, member)
     return run
@@ -176,36 +238,145 @@ def allreduce(coll, sendbuf, recvbuf):
     coll.plan(bind, recvbuf.size, recvbuf.dtype)(sendbuf, recvbuf)
 
 
+def reduce_scatter(coll, src, partial, result):
+    """Recursive halving cut at group boundaries (:func:`group_steps`): the members' vectors
+    reduced into their cores, the m halving steps, then each core sends each of its members its
+    chunk. Partial sums go to ``partial`` (on a core: whole-length scratch where it is None)."""
+    n, rank = coll.size, coll.rank
+    if n == 1:
+        coll.start_in(src, result)
+        return
+    core, members, steps_bound = coll.plan(_bound, src.size, src.dtype, group_steps)
+    if core is not None:
+        _send_in(coll, src, core)
+        coll.recv(result, core)
+        return
+    if partial is None:
+        partial = coll.scratch(src.dtype, src.size, "rabenseifner-partial")
+    current = _fold_in(coll, members, src, partial)
+    for reduce, _ in steps_bound:
+        reduce(current, partial)
+        current = partial
+    offsets = chunk_offsets(src.size, n)
+    for member in members:
+        coll.send(partial[offsets[member]:offsets[member + 1]], member)
+    coll.start_in(partial[offsets[rank]:offsets[rank + 1]], result)
+
+
+def all_gather(coll, whole):
+    """Recursive doubling over the cores, the steps of :func:`group_steps` in reverse: the
+    members' chunks gathered into their cores, the m doubling steps, then each core sends each of
+    its members the whole vector."""
+    n, rank = coll.size, coll.rank
+    if n == 1:
+        return
+    core, members, steps_bound = coll.plan(_bound, whole.size, whole.dtype, group_steps)
+    offsets = chunk_offsets(whole.size, n)
+    if core is not None:
+        coll.send(whole[offsets[rank]:offsets[rank + 1]], core)
+        coll.recv(whole, core)
+        return
+    for member in members:
+        coll.recv(whole[offsets[member]:offsets[member + 1]], member)
+    for _, gather in reversed(steps_bound):
+        gather(whole)
+    for member in members:
+        coll.send(whole, member)
+
+
+def _folds(model, k):
+    """The fold's phases: the members to their cores and back (None, None where N = p)."""
+    n = model.n
+    p, core_ranks, groups = cores(n, k)
+    if n == p:
+        return None, None
+    members = np.setdiff1d(np.arange(n), core_ranks)
+    owner = np.array(core_ranks)[np.searchsorted(groups, members, side="right") - 1]
+    return (model.phase(("rab", k, "in"), lambda: (members, owner)),
+            model.phase(("rab", k, "out"), lambda: (owner, members)))
+
+
+def _step_phase(model, k, stride):
+    """One step's phase: every core sending to its k-1 peers at ``stride`` at once; and the core
+    numbers of each transfer's source and destination."""
+    p, core_ranks, _ = cores(model.n, k)
+    core_ranks = np.array(core_ranks)
+    v = np.arange(p)
+    digit = (v // stride) % k
+    src = np.repeat(v, k - 1)
+    dst = np.concatenate([v + (((digit + t) % k) - digit) * stride for t in range(1, k)]).reshape(k - 1, p).T.ravel()
+    return model.phase(("rab", k, stride), lambda: (core_ranks[src], core_ranks[dst])), src, dst
 
 
 def schedule(model, m):
     """The fold in, m halving steps, m doubling steps and the fold out, each step a phase in
     which every core sends M/k^(s+1) to each of its k-1 peers at once:
     2 log_k(p) (alpha + (k-1) M/(k^(s+1) beta) summed) on uniform links."""
-    n = model.n
-    k = radix(n)
-    p, core_ranks, groups = cores(n, k)
-    core_ranks = np.array(core_ranks)
-    parts = []
-    members = np.array([r for r in range(n) if r not in set(core_ranks.tolist())], dtype=int)
-    owner = core_ranks[np.searchsorted(groups, members, side="right") - 1] if members.size else members
-    if members.size:
-        parts.append((1, "fold in", model.phase(("rab", k, "in"), lambda: (members, owner)).time(m)))
-    v = np.arange(p)
+    k = radix(model.n)
+    fold_in, fold_out = _folds(model, k)
+    p = cores(model.n, k)[0]
     stride, share, halving = 1, m, []
     while stride < p:
-        digit = (v // stride) % k
-        src = np.repeat(v, k - 1)
-        dst = np.concatenate([v + (((digit + t) % k) - digit) * stride for t in range(1, k)]).reshape(k - 1, p).T.ravel()
         share /= k
-        phase = model.phase(("rab", k, stride), lambda s=src, d=dst: (core_ranks[s], core_ranks[d]))
-        halving.append((f"step {stride}", phase.time(share)))
+        halving.append((f"step {stride}", _step_phase(model, k, stride)[0].time(share)))
         stride *= k
+    parts = [(1, "fold in", fold_in.time(m))] if fold_in is not None else []
     parts += [(1, f"halving {label}", t) for label, t in halving]
     parts += [(1, f"doubling {label}", t) for label, t in reversed(halving)]
-    if members.size:
-        parts.append((1, "fold out", model.phase(("rab", k, "out"), lambda: (owner, members)).time(m)))
+    if fold_out is not None:
+        parts.append((1, "fold out", fold_out.time(m)))
     return parts
 
 
-ALGORITHM = Algorithm("rabenseifner", allreduce, schedule=schedule, bind=bind)
+def _group_steps(model, m, k, sender):
+    """The steps of :func:`group_steps` as (label, PhaseTime), farthest first: each transfer
+    carries the chunks of the groups of the sub-block of cores of its ``sender`` ("src") or its
+    receiver ("dst"), M/N per rank."""
+    p, _, groups = cores(model.n, k)
+    groups = np.asarray(groups)
+    found, stride = [], p // k
+    while stride:
+        phase, src, dst = _step_phase(model, k, stride)
+        block = (src if sender == "src" else dst) // stride * stride
+        found.append((f"step {stride}", phase.time(m / model.n * (groups[block + stride] - groups[block]))))
+        stride //= k
+    return found
+
+
+def reduce_scatter_schedule(model, m):
+    """log_k(p) alpha + (p-1)/p M/beta on uniform links where N is a power of k; otherwise
+    (p = k^m < N) each step's parts weigh their groups' ranks, M/N each, and the fold adds
+    2 alpha + (g-1)(M + M/N)/beta, g the largest group's ranks.
+
+    The fold in (each member's vector to its core), the halving steps, farthest first, in which
+    each core sends its k-1 peers the parts they keep, at once, and the fold out (each member's
+    chunk)."""
+    k = radix(model.n)
+    fold_in, fold_out = _folds(model, k)
+    parts = [(1, "fold in", fold_in.time(m))] if fold_in is not None else []
+    parts += [(1, f"halving {label}", t) for label, t in _group_steps(model, m, k, "dst")]
+    if fold_out is not None:
+        parts.append((1, "fold out", fold_out.time(m / model.n)))
+    return parts
+
+
+def all_gather_schedule(model, m):
+    """log_k(p) alpha + (p-1)/p M/beta on uniform links where N is a power of k; otherwise
+    (p = k^m < N) each step's parts weigh their groups' ranks, M/N each, and the fold adds
+    2 alpha + (g-1)(M/N + M)/beta, g the largest group's ranks.
+
+    The fold in (each member's chunk to its core), the doubling steps, nearest first, in which
+    each core sends its range to its k-1 peers at once, and the fold out (the whole vector to
+    each member)."""
+    k = radix(model.n)
+    fold_in, fold_out = _folds(model, k)
+    parts = [(1, "fold in", fold_in.time(m / model.n))] if fold_in is not None else []
+    parts += [(1, f"doubling {label}", t) for label, t in reversed(_group_steps(model, m, k, "src"))]
+    if fold_out is not None:
+        parts.append((1, "fold out", fold_out.time(m)))
+    return parts
+
+
+ALGORITHM = Algorithm("rabenseifner", allreduce, schedule=schedule, bind=bind, reduce_scatter=reduce_scatter,
+                      all_gather=all_gather, reduce_scatter_schedule=reduce_scatter_schedule,
+                      all_gather_schedule=all_gather_schedule)

@@ -13,12 +13,18 @@ every rank ends with bit-identical results. Vectors move in segments
 (:func:`layout.segment_offsets`), so the workspace is one segment. Out of place,
 a rank's first combination reads ``sendbuf`` and writes ``recvbuf``, so the input
 is never copied first (every rank combines at least once, or receives the result).
+
+Its all-gather on its own (``all_gather(..., algorithm="rd")``) is Bruck's (:mod:`.bruck`):
+recursive doubling generalised to any N, with no fold, in ceil(log2 N) steps,
+T ~ ceil(log2 N) alpha + (N-1)/N M/beta. It has no reduce-scatter of its own (recursive
+halving is :mod:`.rabenseifner`'s).
 """
 
 import functools
 
 import numpy as np
 
+from . import bruck
 from .algorithm import Algorithm
 from .layout import segment_offsets
 
@@ -142,4 +148,5 @@ def schedule(model, m):
     return parts
 
 
-ALGORITHM = Algorithm("rd", allreduce, schedule=schedule, bind=bind)
+ALGORITHM = Algorithm("rd", allreduce, schedule=schedule, bind=bind, all_gather=bruck.all_gather,
+                      all_gather_schedule=bruck.schedule)

@@ -1,6 +1,8 @@
 """The hierarchical all-reduce (``hier``) on the node layout the launcher sets through
 ``ALLREDUCE_NODE_MAP`` (unset: the ranks that share memory), against NumPy and comm.Allreduce,
-bit for bit (the inputs are small integers, exact in any order, as in test_correctness.py).
+bit for bit (the inputs are small integers, exact in any order, as in test_correctness.py);
+its reduce-scatter and all-gather on their own against NumPy, comm.Reduce_scatter_block and
+comm.Allgather(v), in the standard chunk layout whatever the nodes.
 
 Every dtype and op, out of place, in place and recvbuf is sendbuf, counts below and above the
 rank count. Bad maps and settings raise the same error on every rank, in seconds."""
@@ -104,6 +106,103 @@ def test_allreduce_matches_references(comm, dtype):
             if wrong_elements(same, expected):
                 failures.append(f"{op} n={count} recvbuf is sendbuf: wrong")
     assert not failures, f"rank {comm.rank}: " + "; ".join(failures)
+
+
+def block_reference(comm, x, op):
+    """``comm.Reduce_scatter_block`` of ``x`` (a multiple of the rank count long), avg as sum / size."""
+    mpi_op = {"sum": MPI.SUM, "avg": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}[op]
+    out = np.empty(x.size // comm.size, x.dtype)
+    comm.Reduce_scatter_block(x, out, op=mpi_op)
+    if op == "avg":
+        np.divide(out, comm.size, out=out)
+    return out
+
+
+def allgatherv_reference(comm, chunk, count):
+    """``comm.Allgather`` (or ``Allgatherv`` where the count does not divide) of each rank's chunk
+    of ``chunk_offsets``, on the dtype's bit patterns (MPI has no bfloat16 or fp8)."""
+    offsets = algorithms.chunk_offsets(count, comm.size)
+    bits = np.dtype(f"u{chunk.itemsize}")
+    whole = np.empty(count, chunk.dtype)
+    if count % comm.size == 0:
+        comm.Allgather(chunk.view(bits), whole.view(bits))
+    else:
+        comm.Allgatherv(chunk.view(bits), [whole.view(bits), (np.diff(offsets).tolist(), offsets[:-1])])
+    return whole
+
+
+def no_communicator_built(comm, call):
+    """``call()``, checking it builds no sub-communicator beyond the all-reduce's (the halves reuse them)."""
+    layout = layout_of(comm)
+    built = list(layout._privates)
+    call()
+    assert layout._privates == built
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_reduce_scatter_matches_references(comm, dtype):
+    """Rank r gets chunk r of chunk_offsets(count, N), as NumPy and MPI_Reduce_scatter_block
+    reduce it, out of place and in place, the input untouched."""
+    failures = []
+    options = extra(comm.size)
+    for op in ops_for(dtype):
+        for count in counts_for(comm.size):
+            x = rank_input(dtype, op, count, comm.rank, comm.size)
+            offsets = algorithms.chunk_offsets(count, comm.size)
+            own = numpy_reference(dtype, op, count, comm.size)[offsets[comm.rank]:offsets[comm.rank + 1]]
+            if count % comm.size == 0 and np.dtype(dtype) not in LOW_PRECISION:
+                assert wrong_elements(block_reference(comm, x, op), own) == 0, f"MPI disagrees: {op} {count}"
+            out = np.full(own.size, 99, dtype=x.dtype)
+            result = algorithms.reduce_scatter(x, out, op=op, algorithm="hier", **options)
+            bad = wrong_elements(out, own)
+            if bad or result is not out:
+                failures.append(f"{op} n={count} out of place: {bad} wrong")
+            if wrong_elements(x, rank_input(dtype, op, count, comm.rank, comm.size)):
+                failures.append(f"{op} n={count}: sendbuf was modified")
+            inplace = x.copy()
+            view = algorithms.reduce_scatter(inplace, op=op, algorithm="hier", **options)
+            if wrong_elements(view, own) or (view.size and not np.shares_memory(view, inplace)):
+                failures.append(f"{op} n={count} in place: wrong")
+    assert not failures, f"rank {comm.rank}: " + "; ".join(failures)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_all_gather_matches_native_allgatherv(comm, dtype):
+    """Every rank gets the whole vector, bit for bit as MPI_Allgather(v) gathers it, out of
+    place and in place (the rest of the vector garbage before)."""
+    failures = []
+    options = extra(comm.size)
+    for count in counts_for(comm.size):
+        offsets = algorithms.chunk_offsets(count, comm.size)
+        mine = slice(offsets[comm.rank], offsets[comm.rank + 1])
+        whole = rank_input(dtype, "max", count, 0, 1, salt=5)  # the same vector on every rank
+        chunk = whole[mine].copy()
+        assert wrong_elements(allgatherv_reference(comm, chunk, count), whole) == 0
+        out = np.full_like(whole, 7)
+        if algorithms.all_gather(chunk, out, algorithm="hier", **options) is not out or wrong_elements(out, whole):
+            failures.append(f"n={count} out of place")
+        inplace = np.full_like(whole, 3)
+        inplace[mine] = chunk
+        if algorithms.all_gather(inplace, algorithm="hier", **options) is not inplace or wrong_elements(inplace, whole):
+            failures.append(f"n={count} in place")
+    assert not failures, f"rank {comm.rank}: " + "; ".join(failures)
+
+
+def test_halves_make_an_allreduce_and_build_nothing_more(comm):
+    """The reduce-scatter then the all-gather, in place, of floats whose sums round: the same bits
+    on every rank (each element reduced in one order, then copied), the all-reduce's sum to
+    rounding, and no communicator built beyond the all-reduce's."""
+    options = extra(comm.size)
+    rng = np.random.default_rng(11 + comm.rank)
+    for count in (comm.size + 1, 4099):
+        x = rng.standard_normal(count).astype(np.float32)
+        reduced = algorithms.allreduce(x, np.empty_like(x), algorithm="hier", **options)
+        halves = x.copy()
+        no_communicator_built(comm, lambda: algorithms.reduce_scatter(halves, algorithm="hier", **options))
+        no_communicator_built(comm, lambda: algorithms.all_gather(halves, algorithm="hier", **options))
+        agreed = comm.allgather(halves.tobytes())
+        assert agreed == [agreed[0]] * comm.size, "the ranks differ"
+        assert np.allclose(halves, reduced, rtol=1e-5, atol=1e-5)
 
 
 def test_bamtree_variant_uses_its_tree(comm):
