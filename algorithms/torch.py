@@ -63,6 +63,11 @@ per bucket (:meth:`HookState.view_of`); its own work, the Future and the record,
 5 us a bucket over a bare ``algorithms.allreduce`` of the same vector.
 
 ``state.close()`` (or ``with HookState(...) as state:``) stops the communication thread.
+
+FSDP2 (``fully_shard``) moves its parameters and gradients by all-gathers and reduce-scatters
+instead: ``art.shard_with(model, algorithm="ring")`` runs them through ours
+(:mod:`algorithms.torch_fsdp`, whose names this module re-exports: :class:`AllGather`,
+:class:`ReduceScatter`, :class:`CommCall`, :func:`shard_with`, :func:`exposed_seconds`).
 """
 
 import queue
@@ -113,6 +118,52 @@ def as_numpy(tensor):
     return array
 
 
+class CommThread:
+    """One communication thread: it runs the jobs handed to :meth:`submit` one at a time, in
+    the order handed over (a queue), so the collectives they run keep the caller's order, the
+    same on every rank, and only this thread calls MPI while they are in flight. ``owner``
+    names the caller in the error raised when MPI runs below ``MPI.THREAD_SERIALIZED``."""
+
+    def __init__(self, owner, name):
+        level = MPI.Query_thread()
+        if level < MPI.THREAD_SERIALIZED:
+            raise RuntimeError(f"{owner} calls MPI from a communication thread: it needs MPI "
+                               f"initialized at MPI_THREAD_SERIALIZED or above, not {thread_level_name(level)} "
+                               "(leave mpi4py.rc.thread_level at 'multiple', or set it to 'serialized')")
+        self._queue = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self.thread.start()
+
+    def submit(self, job):
+        """A ``torch.futures.Future`` of ``job()`` run on the thread: completed with what it
+        returns (a tensor), or with the exception it raised (its ``wait()`` raises it)."""
+        if self.thread is None:
+            raise RuntimeError("this communication thread is closed")
+        future = torch.futures.Future()
+        self._queue.put((job, future))
+        return future
+
+    def close(self):
+        """Stop the thread after the jobs already handed over; idempotent."""
+        if self.thread is not None:
+            self._queue.put(None)
+            self.thread.join()
+            self.thread = None
+
+    def _serve(self):
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            job, future = item
+            try:
+                result = job()
+            except BaseException as exc:  # noqa: BLE001 - the waiting caller raises it
+                future.set_exception(exc)
+                continue
+            future.set_result(result)
+
+
 @dataclass
 class BucketCall:
     """One call of a hook: DDP's bucket ``index``, its ``nbytes`` and ``dtype`` (NumPy's name),
@@ -150,16 +201,12 @@ class HookState:
         self.comm = MPI.COMM_WORLD if comm is None else comm
         self.calls = []
         self._views = {}  # bucket index -> (its tensor's address, size, dtype, the NumPy view)
-        self._queue = self._thread = None
-        if self.overlap:
-            level = MPI.Query_thread()
-            if level < MPI.THREAD_SERIALIZED:
-                raise RuntimeError(f"HookState(overlap=True) calls MPI from a communication thread: it needs MPI "
-                                   f"initialized at MPI_THREAD_SERIALIZED or above, not {thread_level_name(level)} "
-                                   "(leave mpi4py.rc.thread_level at 'multiple', or set it to 'serialized')")
-            self._queue = queue.SimpleQueue()
-            self._thread = threading.Thread(target=self._serve, name="allreduce-hook", daemon=True)
-            self._thread.start()
+        self._worker = CommThread("HookState(overlap=True)", "allreduce-hook") if self.overlap else None
+
+    @property
+    def _thread(self):
+        """The communication thread (None: synchronous, or closed)."""
+        return None if self._worker is None else self._worker.thread
 
     def take(self):
         """The calls recorded so far; the record starts afresh."""
@@ -168,10 +215,8 @@ class HookState:
 
     def close(self):
         """Stop the communication thread (after the buckets already handed over); idempotent."""
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread.join()
-            self._thread = None
+        if self._worker is not None:
+            self._worker.close()
 
     def __enter__(self):
         return self
@@ -200,22 +245,16 @@ class HookState:
     def _reduce(self, view):
         allreduce(view, view, op="avg", algorithm=self.algorithm, comm=self.comm, check=self.check)
 
-    def _serve(self):
-        """The communication thread: each bucket in the order handed over, its Future completed."""
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            tensor, view, future, index, called = item
+    def _job(self, tensor, view, index, called):
+        """What the communication thread runs for one bucket: the all-reduce, then its record;
+        the bucket's tensor completes the Future."""
+        def run():
             started = _perf_counter()
-            try:
-                self._reduce(view)
-            except BaseException as exc:  # noqa: BLE001 - DDP's wait raises it in the training thread
-                future.set_exception(exc)
-                continue
-            finished = _perf_counter()
-            self.calls.append(BucketCall(index, view.nbytes, _VIEWS[tensor.dtype][1], called, started, finished, True))
-            future.set_result(tensor)
+            self._reduce(view)
+            self.calls.append(BucketCall(index, view.nbytes, _VIEWS[tensor.dtype][1], called, started, _perf_counter(),
+                                         True))
+            return tensor
+        return run
 
 
 def allreduce_hook(state, bucket):
@@ -223,12 +262,11 @@ def allreduce_hook(state, bucket):
     (``ddp_model.register_comm_hook(state, allreduce_hook)``); see the module docstring."""
     called = _perf_counter()
     tensor, view = state.view_of(bucket)
-    future = torch.futures.Future()
     if state.overlap:
         if state._thread is None:
             raise RuntimeError("this HookState is closed")
-        state._queue.put((tensor, view, future, bucket.index(), called))
-        return future
+        return state._worker.submit(state._job(tensor, view, bucket.index(), called))
+    future = torch.futures.Future()
     state._reduce(view)
     finished = _perf_counter()
     state.calls.append(BucketCall(bucket.index(), view.nbytes, _VIEWS[tensor.dtype][1], called, called, finished))
@@ -261,3 +299,15 @@ def overlap_reached(calls):
         return 0.0
     exposed = max(c.finished for c in calls) - max(c.called for c in calls)
     return min(max(1 - exposed / busy, 0.0), 1.0)
+
+
+#: FSDP2's comms (:mod:`algorithms.torch_fsdp`), imported on first use: importing FSDP costs DDP users a second
+_FSDP_NAMES = ("AllGather", "ReduceScatter", "CommCall", "shard_with", "exposed_seconds")
+
+
+def __getattr__(name):
+    if name in _FSDP_NAMES:
+        from . import torch_fsdp
+
+        return getattr(torch_fsdp, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

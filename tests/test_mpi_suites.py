@@ -96,6 +96,14 @@ def test_torch_hook_suite(ranks, tmp_path):
     run_suite(ranks, "tests/mpi/test_torch_hook.py", tmp_path, timeout=180)
 
 
+@pytest.mark.skipif(gloo_problem() is not None, reason=gloo_problem() or "")
+@pytest.mark.parametrize("ranks", [1, 2, 3, 5])
+def test_torch_fsdp_suite(ranks, tmp_path):
+    """algorithms.torch's FSDP2 all-gather and reduce-scatter against FSDP's own gloo ones
+    (tests/mpi/test_torch_fsdp.py)."""
+    run_suite(ranks, "tests/mpi/test_torch_fsdp.py", tmp_path, timeout=180)
+
+
 @pytest.mark.parametrize("ranks", [1, 2, 3, 5])
 def test_registered_vectors_suite(ranks, tmp_path):
     run_suite(ranks, "tests/mpi/test_registered.py", tmp_path, timeout=240)
