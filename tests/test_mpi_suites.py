@@ -104,6 +104,12 @@ def test_torch_fsdp_suite(ranks, tmp_path):
     run_suite(ranks, "tests/mpi/test_torch_fsdp.py", tmp_path, timeout=180)
 
 
+@pytest.mark.parametrize("ranks", [3, 5])
+def test_latency_halves_suite(ranks, tmp_path):
+    """Rabenseifner's halves at radix 3, 4 and 64, Bruck's all-gather (tests/mpi/test_halves_latency.py)."""
+    run_suite(ranks, "tests/mpi/test_halves_latency.py", tmp_path, timeout=180)
+
+
 @pytest.mark.parametrize("ranks", [1, 2, 3, 5])
 def test_registered_vectors_suite(ranks, tmp_path):
     run_suite(ranks, "tests/mpi/test_registered.py", tmp_path, timeout=240)
