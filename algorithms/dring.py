@@ -17,6 +17,12 @@ halves at the same 2(N-1) steps: T ~ 2(N-1) alpha + (N-1)/N M/beta. Where the ra
 NIC, both rings cross the same ports and nothing is gained. On 2 ranks the ring already uses
 both directions of its one link, and this is the ring.
 
+Its reduce-scatter and all-gather on their own keep the one chunk layout of every algorithm
+(chunk r of :func:`.layout.chunk_offsets` on rank r), so each chunk is cut in two instead: the
+forward ring carries the first halves of every chunk, the backward ring the second halves, both
+in flight at every step (the same step loop as the all-reduce), N-1 steps each:
+T ~ (N-1)(alpha + M/(2N beta)) on per-pair links.
+
 With ``bandwidth=`` (an S x S matrix or a probe file) the order is the bottleneck ring
 (:func:`topology.rings.bottleneck_ring`, as ``bamring``) over the slower direction of each
 link, min(B, B^T), since both directions are used; without it, the ranks' own order.
@@ -30,7 +36,7 @@ from topology.rings import bottleneck_ring
 from . import ring
 from .algorithm import Algorithm
 from .bamring import RingOrder
-from .layout import chunk_offsets
+from .layout import chunk_offsets, segment_offsets
 from .plans import from_bandwidth
 
 
@@ -57,61 +63,150 @@ def _reversed(order):
     return (order[0], *reversed(order[1:]))
 
 
-def _plan(coll, count, dtype, order):
-    """Every step of both rings, in order: ``(reducing, from_input, (sent, received) of the
-    forward ring, (sent, received) of the backward ring)``, each a slice of the vectors;
-    per piece, the N-1 reduce-scatter steps then the N-1 all-gather steps (:mod:`.ring`)."""
+#: the vectors a step names, by index: the input, the partial sums (the all-reduce's result),
+#: the reduce-scatter's result (this rank's chunk), and the reduce-scatter's spare pieces
+#: (two a ring, in turn) where it has no whole-length vector for its partial sums
+INPUT, PARTIAL, RESULT, SPARE = 0, 1, 2, 3
+
+
+def _chunks(count, n, collective):
+    """Each ring's N chunks as ``(lo, hi)``: for the all-reduce, the N chunks of each half of the
+    vector; for its halves, the first and the second half of each chunk r of
+    ``chunk_offsets(count, N)``, so that both rings end with the whole of chunk r on rank r."""
+    if collective == "allreduce":
+        half = chunk_offsets(count, 2)
+        rings = [[half[h] + c for c in chunk_offsets(half[h + 1] - half[h], n)] for h in (0, 1)]
+        return [list(zip(c, c[1:])) for c in rings]
+    offsets = chunk_offsets(count, n)
+    cuts = [lo + chunk_offsets(hi - lo, 2)[1] for lo, hi in zip(offsets, offsets[1:])]
+    return [list(zip(offsets, cuts)), list(zip(cuts, offsets[1:]))]
+
+
+def _piece(lo, hi, parts, j):
+    """Piece j (of ``parts``, :func:`.layout.chunk_offsets`) of the chunk ``lo..hi``, a slice."""
+    cuts = chunk_offsets(hi - lo, parts)
+    return slice(lo + cuts[j], lo + cuts[j + 1])
+
+
+def _reducing(n, own, chunks_pieces, orders, collective, spare):
+    """The reduce-scatter steps of one piece of every chunk, both rings: per ring ``(vector
+    sent, slice, vector reduced into, slice, slice of the input reduced with)``. Step s sends
+    what step s-1 reduced (the input at step 0); the last step of a reduce-scatter reduces
+    into its result, the others into the partial sums, or two spare pieces in turn."""
+    steps, last = [], [None, None]
+    for s, moves in enumerate(zip(*orders)):
+        ways = []
+        for way, (out, into) in enumerate(moves):
+            sent, received = chunks_pieces[way][out], chunks_pieces[way][into]
+            if collective == "reduce_scatter" and s == n - 2:
+                target = (RESULT, slice(received.start - own, received.stop - own))
+            elif spare:
+                target = (SPARE + 2 * way + s % 2, slice(0, received.stop - received.start))
+            else:
+                target = (PARTIAL, received)
+            source = (INPUT, sent) if s == 0 else last[way]
+            ways.append((*source, *target, received))
+            last[way] = target
+        steps.append((True, *ways))
+    return steps
+
+
+def _plan(coll, count, dtype, order, collective="allreduce", spare=False):
+    """Every step of both rings, in order: ``(reducing, forward, backward)``, each ring's part
+    ``(vector sent, slice, vector received into, slice, slice of the input reduced with)``, the
+    vectors by index (:data:`INPUT` ...); per piece, the N-1 reduce-scatter steps and/or the
+    N-1 all-gather steps (:mod:`.ring`) of ``collective``; with the longest piece, and this
+    rank's neighbours."""
     n, rank = coll.size, coll.rank
     forward = tuple(range(n)) if order is None else order
     rings = (forward, _reversed(forward))
-    half = chunk_offsets(count, 2)
-    own = [chunk_offsets(half[h + 1] - half[h], n) for h in (0, 1)]  # each half's chunks
-    parts = max(ring._parts(c, dtype.itemsize) for c in own)
-    chunks = [[half[h] + c for c in own[h]] for h in (0, 1)]
+    chunks = _chunks(count, n, collective)
+    longest = max(hi - lo for way in chunks for lo, hi in way)
+    parts = len(segment_offsets(longest, dtype.itemsize)) - 1
+    own = chunk_offsets(count, n)[rank]
+    gathered = INPUT if collective == "all_gather" else PARTIAL
     steps = []
     for j in range(parts):
-        pieces = [[slice(lo, hi) for lo, hi in ring._pieces(c, parts, j)] for c in chunks]
-        orders = [ring._reduce_scatter_order(n, rank, way) for way in rings]
-        for index, (f, b) in enumerate(zip(*orders)):
-            steps.append((True, index == 0, (pieces[0][f[0]], pieces[0][f[1]]), (pieces[1][b[0]], pieces[1][b[1]])))
-        orders = [ring._all_gather_order(n, rank, way) for way in rings]
-        for f, b in zip(*orders):
-            steps.append((False, False, (pieces[0][f[0]], pieces[0][f[1]]), (pieces[1][b[0]], pieces[1][b[1]])))
+        pieces = [[_piece(lo, hi, parts, j) for lo, hi in way] for way in chunks]
+        if collective != "all_gather":
+            orders = [ring._reduce_scatter_order(n, rank, way) for way in rings]
+            steps += _reducing(n, own, pieces, orders, collective, spare)
+        if collective != "reduce_scatter":
+            orders = [ring._all_gather_order(n, rank, way) for way in rings]
+            steps += [(False, *((gathered, pieces[way][out], gathered, pieces[way][into], None)
+                                for way, (out, into) in enumerate(moves))) for moves in zip(*orders)]
     _, _, right, left = ring._ring(n, rank, forward)
-    return tuple(steps), right, left
+    return tuple(steps), right, left, -(-longest // parts)
 
 
-def _run(coll, sendbuf, recvbuf, order):
-    steps, right, left = coll.plan(_plan, sendbuf.size, sendbuf.dtype, order)
+def _run(coll, steps, right, left, vectors):
+    """Both rings' steps (:func:`_plan`) on ``vectors`` (indexed as :data:`INPUT` ...): at each,
+    both receives and both sends posted at once, each received piece reduced as it lands."""
     isend, irecv, combine, scratch = coll.isend, coll.irecv, coll.combine, coll.scratch
-    for reducing, from_input, (f_out, f_in), (b_out, b_in) in steps:
+    given = vectors[INPUT]
+    dtype = given.dtype
+    for reducing, (f_vec, f_out, f_into, f_in, f_acc), (b_vec, b_out, b_into, b_in, b_acc) in steps:
+        f_target, b_target = vectors[f_into][f_in], vectors[b_into][b_in]
         if reducing:
-            source = sendbuf if from_input else recvbuf  # later steps send the partial sums
-            f_buf = scratch(sendbuf.dtype, f_in.stop - f_in.start, "dring-forward")
-            b_buf = scratch(sendbuf.dtype, b_in.stop - b_in.start, "dring-backward")
+            f_buf = scratch(dtype, f_in.stop - f_in.start, "dring-forward")
+            b_buf = scratch(dtype, b_in.stop - b_in.start, "dring-backward")
             f_recv, b_recv = irecv(f_buf, left), irecv(b_buf, right)
-            sends = isend(source[f_out], right), isend(source[b_out], left)
+            sends = isend(vectors[f_vec][f_out], right), isend(vectors[b_vec][b_out], left)
             f_recv.Wait()
-            combine(sendbuf[f_in], f_buf, recvbuf[f_in])
+            combine(given[f_acc], f_buf, f_target)
             b_recv.Wait()
-            combine(sendbuf[b_in], b_buf, recvbuf[b_in])
+            combine(given[b_acc], b_buf, b_target)
         else:
-            f_recv, b_recv = irecv(recvbuf[f_in], left), irecv(recvbuf[b_in], right)
-            sends = isend(recvbuf[f_out], right), isend(recvbuf[b_out], left)
+            f_recv, b_recv = irecv(f_target, left), irecv(b_target, right)
+            sends = isend(vectors[f_vec][f_out], right), isend(vectors[b_vec][b_out], left)
             f_recv.Wait()
             b_recv.Wait()
         for request in sends:
             request.Wait()
 
 
+def _ranks(order):
+    return None if order is None else order.order
+
+
 def allreduce(coll, sendbuf, recvbuf, order=None):
     """Both rings around the ranks' order, or ``order`` (a :class:`.bamring.RingOrder`); on
     one or two ranks the ring."""
-    ranks = None if order is None else order.order
+    ranks = _ranks(order)
     if coll.size <= 2:
         ring.allreduce(coll, sendbuf, recvbuf, ranks)
-    else:
-        _run(coll, sendbuf, recvbuf, ranks)
+        return
+    steps, right, left, _ = coll.plan(_plan, sendbuf.size, sendbuf.dtype, ranks)
+    _run(coll, steps, right, left, (sendbuf, recvbuf))
+
+
+def reduce_scatter(coll, src, partial, result, order=None):
+    """Both rings' reduce-scatter around the ranks' order, or ``order`` (a
+    :class:`.bamring.RingOrder`): each chunk r of ``chunk_offsets(count, N)`` cut in two, the
+    forward ring reducing the first halves and the backward ring the second, both in flight at
+    every one of the N-1 steps, so rank r ends with both halves of chunk r in ``result``. Partial
+    sums go to their place in ``partial``, or to two pieces of scratch a ring in turn when it is
+    None. On one or two ranks the ring's."""
+    ranks = _ranks(order)
+    if coll.size <= 2:
+        ring.reduce_scatter(coll, src, partial, result, ranks)
+        return
+    spare = partial is None
+    steps, right, left, longest = coll.plan(_plan, src.size, src.dtype, ranks, "reduce_scatter", spare)
+    pieces = tuple(coll.scratch(src.dtype, longest, f"dring-partial-{k}") for k in range(4)) if spare else ()
+    _run(coll, steps, right, left, (src, partial, result, *pieces))
+
+
+def all_gather(coll, whole, order=None):
+    """Both rings' all-gather in place around the ranks' order, or ``order``: the first half of
+    each chunk forward, the second backward, both in flight at every one of the N-1 steps. On
+    one or two ranks the ring's."""
+    ranks = _ranks(order)
+    if coll.size <= 2:
+        ring.all_gather(coll, whole, ranks)
+        return
+    steps, right, left, _ = coll.plan(_plan, whole.size, whole.dtype, ranks, "all_gather")
+    _run(coll, steps, right, left, (whole,))
 
 
 def model_ring(model):
@@ -122,19 +217,35 @@ def model_ring(model):
     return model.kept("dring", lambda: bottleneck_ring(_both_ways(model.matrix)))
 
 
+def _steps(model, m, count):
+    """``count`` steps of both rings at once, each rank sending M/(2N) to each neighbour."""
+    found = model_ring(model)
+    order = np.arange(model.n) if found is None else np.asarray(found.order, dtype=np.int64)
+    after = np.roll(order, -1)
+    pairs = model.phase(("dring", order.tobytes()), lambda: (np.concatenate([order, after]),
+                                                             np.concatenate([after, order])))
+    return [(count, "step", pairs.time(m / (2 * model.n)))]
+
+
 def schedule(model, m):
     """2(N-1) steps, each rank sending M/(2N) to each neighbour at once (the two rings' transfers
     in one phase, every direction of every link its own capacity, a node's ports shared by both):
     2(N-1)(alpha + M/(2N beta)) on uniform per-pair links; on 2 ranks the ring's."""
     if model.n <= 2:
         return ring.schedule(model, m)
-    found = model_ring(model)
-    order = np.arange(model.n) if found is None else np.asarray(found.order, dtype=np.int64)
-    after = np.roll(order, -1)
-    pairs = model.phase(("dring", order.tobytes()), lambda: (np.concatenate([order, after]),
-                                                             np.concatenate([after, order])))
-    return [(2 * (model.n - 1), "step", pairs.time(m / (2 * model.n)))]
+    return _steps(model, m, 2 * (model.n - 1))
+
+
+def half_schedule(model, m):
+    """N-1 steps, each rank sending M/(2N) to each neighbour at once (the two rings' halves of
+    every chunk): (N-1)(alpha + M/(2N beta)) on uniform per-pair links, M the whole vector; on
+    2 ranks the ring's half."""
+    if model.n <= 2:
+        return ring.half_schedule(model, m)
+    return _steps(model, m, model.n - 1)
 
 
 # a matrix is optional: the ring's order
-ALGORITHM = Algorithm("dring", allreduce, schedule=schedule, prepare=prepare, accepts_bandwidth=True)
+ALGORITHM = Algorithm("dring", allreduce, schedule=schedule, prepare=prepare, accepts_bandwidth=True,
+                      reduce_scatter=reduce_scatter, all_gather=all_gather, reduce_scatter_schedule=half_schedule,
+                      all_gather_schedule=half_schedule)

@@ -81,6 +81,21 @@ def over_boxes(name, window, fallback, schedule, pieces=in_pieces):
     return Algorithm(name, allreduce, schedule=schedule, bind=bind, describe=describe, one_node_only=True)
 
 
+def on_window(name, window, run, fallback):
+    """``half(coll, *vectors)``, one of an algorithm's halves (reduce-scatter or all-gather) run
+    as its all-reduce is: ``run(boxes, coll, *vectors)`` on the window of :func:`over_boxes`
+    (built by the first call of any of them, collective), or ``fallback(coll, *vectors)`` where
+    that does not run (one rank, ranks across nodes, CuPy buffers, no ``/dev/shm`` for it)."""
+    def half(coll, *vectors):
+        if coll.size > 1:
+            boxes = coll.private.resources.get(name) or coll.private.resource(name, window)
+            if boxes.usable and coll.xp is np:
+                run(boxes, coll, *vectors)
+                return
+        fallback(coll, *vectors)
+    return half
+
+
 def all_to_all(model):
     """The phase of every rank reading from every other rank at once (kept by the model)."""
     def pairs():

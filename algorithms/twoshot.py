@@ -31,6 +31,18 @@ box only for the plain results). Once every rank has said in a round's header th
 vectors are registered to their ends, the rest of the call is one round. A kernel round reads
 and writes registered vectors where they lie, without the kernel.
 
+The two shots are also the reduce-scatter and the all-gather on their own (chunk r of
+:func:`.layout.chunk_offsets` on rank r): the first shot stops after the reduce, into the result
+(this rank's chunk) instead of a box; the second posts each rank's chunk and copies the others'.
+They run as rounds of the same boxes and counters as the all-reduce, so any mix of the three on
+one communicator keeps the counters right. A vector over one box goes in one round of kernel
+copies where the kernel allows them (the reduce-scatter reads, the all-gather writes its chunk
+into every other rank's vector); otherwise, and for a vector of one box or less, through the
+boxes, round k on piece k of every chunk (the others' N-1 pieces end to end in a box for a
+reduce-scatter; its own one for an all-gather). A registered vector is read where it lies, but
+the halves do not take the all-reduce's single round for registered vectors: they go a box at a
+time.
+
 Round c (over every call and piece) uses box c mod 2, and its counter takes the values 2c-1
 (posted) and 2c (reduced, and written into the registered results, or in a kernel round
 into every result). A rank writes box c mod 2
@@ -44,13 +56,15 @@ where ``/dev/shm`` cannot back the window, it is the ring (:mod:`.ring`), the ba
 all-reduce between nodes too, moving what this one moves.
 """
 
+import dataclasses
+import itertools
 import math
 
 import numpy as np
 
 from . import ring
 from .layout import chunk_offsets
-from .posted import ROUND_MESSAGES, all_to_all, over_boxes
+from .posted import ROUND_MESSAGES, all_to_all, on_window, over_boxes
 from .settings import setting
 from .transports import kernel_copy
 from .transports.boxes import Boxes, wait_all
@@ -85,10 +99,17 @@ class TwoShotWindow(Boxes):
         shape = (dtype, count) if count * dtype.itemsize <= self.capacity else (dtype, count, "registered")
         return self.kept(shape, lambda: _round(self, dtype, count))
 
-    def kernel_round_for(self, dtype, count):
+    def kernel_round_for(self, dtype, count, collective="allreduce"):
         """``round(piece, out, coll)``: a whole vector in one round of kernel copies (module
-        docstring); only where :attr:`pids` says the kernel allows them on every rank."""
-        return self.kept((dtype, count, "kernel"), lambda: _kernel_round(self, dtype, count))
+        docstring), of ``collective`` (for its halves, :func:`_kernel_round`); only where
+        :attr:`pids` says the kernel allows them on every rank."""
+        return self.kept((dtype, count, "kernel", collective), lambda: _kernel_round(self, dtype, count, collective))
+
+    def half_round_for(self, dtype, sizes, collective):
+        """``round(vector, starts, out, coll)``: a round of ``collective`` ("reduce_scatter" or
+        "all_gather") through the boxes on pieces of ``sizes`` elements (one a rank) of ``dtype``
+        (:func:`_half_round`)."""
+        return self.kept((dtype, sizes, collective), lambda: _half_round(self, dtype, sizes, collective))
 
 
 def in_pieces(boxes, sendbuf, recvbuf, coll):
@@ -117,6 +138,17 @@ def _registered(registry, label, rank, lo, hi, dtype):
     """Elements lo..hi of the vector at ``label`` in rank ``rank``'s registered memory."""
     index, start = decode(label)
     return registry.view(index, rank, start + lo * dtype.itemsize, (hi - lo) * dtype.itemsize).view(dtype)
+
+
+def _in_rank_order(combine, sources, out, spare, early):
+    """``out`` = sources[0] op sources[1] op ... in rank order; the combinations flagged in
+    ``early`` (one a source after the first) go to ``spare`` instead: in place, those before this
+    rank's own source, which ``out`` overwrites, is read."""
+    acc = sources[0]
+    for source, first in zip(sources[1:], early):
+        target = spare if first else out
+        combine(acc, source, target)
+        acc = target
 
 
 def _round(boxes, dtype, count):
@@ -174,11 +206,7 @@ def _round(boxes, dtype, count):
         combine, result_slice = coll.combine, out[mine]
         targets = partial if me > 1 and may_share_memory(piece, out) else out_of_place
         scratch = publish[which] if boxed else coll.scratch(dtype, hi - lo, "twoshot")
-        acc = sources[0]
-        for source_k, early in zip(sources[1:], targets):
-            target = scratch if early else result_slice
-            combine(acc, source_k, target)
-            acc = target
+        _in_rank_order(combine, sources, result_slice, scratch, targets)
         if labelled:  # into every registered result straight from the cache
             for j, h in enumerate(every):
                 if h[RESULT] and j != me:
@@ -198,14 +226,18 @@ def _round(boxes, dtype, count):
     return one_round
 
 
-def _kernel_round(boxes, dtype, count):
+def _kernel_round(boxes, dtype, count, collective="allreduce"):
     """:meth:`TwoShotWindow.kernel_round_for`: each rank posts the addresses of its piece and
     result (and where they lie in registered memory) and raises its counter (2c-1); then, chunk
     by chunk of its slice, reads the others' chunks (through the kernel, or where a registered
     one lies), reduces them in rank order into its result and writes the sum into every other
     rank's result likewise; raises its counter again (2c) and waits for everyone's. A rank's
     result slice j is written by rank j alone, after rank j read that chunk of it (in place, it
-    is the piece), and nobody touches another's memory after 2c."""
+    is the piece), and nobody touches another's memory after 2c.
+
+    Its halves: the reduce-scatter stops after the reduce, its result only this rank's slice
+    (``out`` as long as that slice); the all-gather reduces nothing and writes its own slice of
+    ``out`` (the whole vector, ``piece`` itself) into every other rank's."""
     n, me, pids, sync = boxes.size, boxes.me, boxes.pids, boxes.sync
     cuts = chunk_offsets(count, n)
     lo, hi = cuts[me], cuts[me + 1]
@@ -213,6 +245,8 @@ def _kernel_round(boxes, dtype, count):
     chunks = tuple((a, min(a + step, hi)) for a in range(lo, hi, step))
     others = tuple(j for j in range(n) if j != me)
     headers, own, peers, calls_made, itemsize = boxes.headers, boxes.mine, boxes.others, boxes.calls, dtype.itemsize
+    reducing, writing = collective != "all_gather", collective != "reduce_scatter"
+    shift = lo if collective == "reduce_scatter" else 0  # where this rank's slice lies in out
 
     def one_round(piece, out, coll, whole=False):
         calls = calls_made[0] = calls_made[0] + 1
@@ -231,29 +265,30 @@ def _kernel_round(boxes, dtype, count):
             sync()
         # per rank: its piece's and its result's label in registered memory (0: plain), and addresses
         sources = [(every[j][SOURCE] if labelled else 0, every[j][SEND]) for j in range(n)]
-        results = [(every[j][RESULT] if labelled else 0, every[j][RECV]) for j in others]
+        results = [(every[j][RESULT] if labelled else 0, every[j][RECV]) for j in others] if writing else ()
         combine, in_place = coll.combine, np.may_share_memory(piece, out)
-        fetched = coll.scratch(dtype, n * step, "twoshot-kernel")
+        fetched = coll.scratch(dtype, n * step, "twoshot-kernel") if reducing else None
         for a, b in chunks:
             size = b - a
-            chunk = []
-            for j, (label, address) in enumerate(sources):
-                if j == me:
-                    mine = piece[a:b]
-                    if in_place and me > 0:  # its result overwrites it before its turn
-                        mine = fetched[j * step:j * step + size]
-                        np.copyto(mine, piece[a:b])
-                    chunk.append(mine)
-                elif label:  # read where it lies
-                    chunk.append(_registered(registry, label, j, a, b, dtype))
-                else:
-                    into = fetched[j * step:j * step + size]
-                    kernel_copy.read(pids[j], address + a * itemsize, into)
-                    chunk.append(into)
-            target = out[a:b]
-            combine(chunk[0], chunk[1], target)
-            for source in chunk[2:]:
-                combine(target, source, target)
+            target = out[a - shift:b - shift]
+            if reducing:
+                chunk = []
+                for j, (label, address) in enumerate(sources):
+                    if j == me:
+                        mine = piece[a:b]
+                        if in_place and me > 0:  # its result overwrites it before its turn
+                            mine = fetched[j * step:j * step + size]
+                            np.copyto(mine, piece[a:b])
+                        chunk.append(mine)
+                    elif label:  # read where it lies
+                        chunk.append(_registered(registry, label, j, a, b, dtype))
+                    else:
+                        into = fetched[j * step:j * step + size]
+                        kernel_copy.read(pids[j], address + a * itemsize, into)
+                        chunk.append(into)
+                combine(chunk[0], chunk[1], target)
+                for source in chunk[2:]:
+                    combine(target, source, target)
             for j, (label, address) in zip(others, results):
                 if label:
                     np.copyto(_registered(registry, label, j, a, b, dtype), target)
@@ -267,6 +302,133 @@ def _kernel_round(boxes, dtype, count):
     return one_round
 
 
+def _half_round(boxes, dtype, sizes, collective):
+    """:meth:`TwoShotWindow.half_round_for`: ``round(vector, starts, out, coll)`` on the pieces
+    ``vector[starts[j]:starts[j] + sizes[j]]``, one a rank, as the all-reduce's round (its counter
+    2c-1 once posted, 2c once done):
+
+    * reduce-scatter: each rank posts the others' pieces into its box, end to end, and reduces
+      its own from every box (or where a registered vector lies) in rank order into ``out``;
+    * all-gather: each rank posts its own piece at the start of its box and copies the others'
+      from their boxes (or registered vectors) into ``vector``.
+
+    Nobody reads a box of round c after raising 2c, and a box is written again in round c+2,
+    after its writer saw every counter at 2(c+1)-1, so a rank waits for everyone's 2c only where
+    the others read its vector where it lies (registered), before giving it back."""
+    n, me, copyto, sync = boxes.size, boxes.me, np.copyto, boxes.sync
+    reducing = collective == "reduce_scatter"
+    at = (0, *itertools.accumulate(sizes)) if reducing else (0,) * (n + 1)  # where each piece lies in a box
+    views = boxes.typed(dtype, at[-1] if reducing else max(sizes))
+    # box[which][j][k]: where rank j's box ``which`` holds piece k
+    box = tuple(tuple(tuple(views[which][j][at[k]:at[k] + sizes[k]] for k in range(n)) for j in range(n))
+                for which in (0, 1))
+    if reducing:  # (where in this rank's box, whose piece) posted; where every box holds this rank's
+        posts = tuple(tuple((box[which][me][k], k) for k in range(n) if k != me and sizes[k]) for which in (0, 1))
+        reads = tuple(tuple(box[which][j][me] for j in range(n)) for which in (0, 1))
+    else:
+        posts = tuple((((box[which][me][me], me),) if sizes[me] else ()) for which in (0, 1))
+        reads = tuple(tuple((j, box[which][j][j]) for j in range(n) if j != me and sizes[j]) for which in (0, 1))
+    size = sizes[me]
+    headers, own, peers, calls_made = boxes.headers, boxes.mine, boxes.others, boxes.calls
+
+    def one_round(vector, starts, out, coll):
+        calls = calls_made[0] = calls_made[0] + 1
+        which = calls & 1
+        header = own[which]
+        registry = coll.private.resources.get("registered")
+        labelled = registry is not None and registry.windows  # alike on every rank
+        source = 0
+        if labelled:
+            source = header[SOURCE] = _label(registry, vector)
+        if not source:
+            for where, k in posts[which]:
+                copyto(where, vector[starts[k]:starts[k] + sizes[k]])
+        if sync is not None:
+            sync()  # the data and labels before the counter
+        header[0] = 2 * calls - 1
+        wait_all(peers[which], 2 * calls - 1)
+        if sync is not None:
+            sync()  # the counters before the data
+        every = headers[which]
+        if reducing:
+            lo = starts[me]
+            sources = list(reads[which])
+            sources[me] = vector[lo:lo + size]
+            if labelled:
+                for j, h in enumerate(every):
+                    if h[SOURCE] and j != me:
+                        sources[j] = _registered(registry, h[SOURCE], j, lo, lo + size, dtype)
+            in_place = me > 1 and np.may_share_memory(vector, out)
+            early = tuple(in_place and k < me for k in range(1, n))
+            _in_rank_order(coll.combine, sources, out, coll.scratch(dtype, size, "twoshot") if in_place else None,
+                           early)
+        else:
+            for j, view in reads[which]:
+                label = every[j][SOURCE] if labelled else 0
+                lo = starts[j]
+                copyto(vector[lo:lo + sizes[j]], _registered(registry, label, j, lo, lo + sizes[j], dtype)
+                       if label else view)
+        if sync is not None:
+            sync()  # the reads before the counter
+        header[0] = 2 * calls
+        if source:
+            wait_all(peers[which], 2 * calls)
+    return one_round
+
+
+def _rounds_of(boxes, count, itemsize, collective):
+    """The rounds of a half through the boxes: ``[(starts, sizes)]``, round k on piece k of every
+    chunk (of :func:`.layout.chunk_offsets`), as few rounds as fit a box: the others' N-1 pieces
+    for a reduce-scatter (one round if the whole vector fits), one piece for an all-gather."""
+    offsets = chunk_offsets(count, boxes.size)
+    room = boxes.capacity // itemsize
+    longest = offsets[1] - offsets[0]
+    if collective == "all_gather":
+        parts = max(1, -(-longest // room))
+    else:
+        parts = 1 if count <= room else -(-longest // (room // boxes.size))
+    rounds = []
+    for j in range(parts):
+        pieces = ring._pieces(offsets, parts, j)
+        rounds.append((tuple(lo for lo, _ in pieces), tuple(hi - lo for lo, hi in pieces)))
+    return rounds
+
+
+def reduce_scatter_on(boxes, coll, src, partial, result):
+    """The first shot alone: each rank reduces its chunk from every rank's vector in rank order
+    straight into ``result``, through the kernel in one round over one box (where the kernel
+    allows it), else through the boxes, piece k of every chunk a round (``partial`` unused).
+    Where a box cannot hold a piece of every rank (a few bytes a box), the ring's."""
+    if src.nbytes > boxes.capacity and boxes.pids is not None:
+        boxes.kernel_round_for(src.dtype, src.size, "reduce_scatter")(src, result, coll)
+        return
+    if src.nbytes > boxes.capacity and boxes.capacity // src.itemsize < boxes.size:
+        ring.reduce_scatter(coll, src, partial, result)
+        return
+    own = chunk_offsets(src.size, boxes.size)[boxes.me]
+    for starts, sizes in _rounds_of(boxes, src.size, src.itemsize, "reduce_scatter"):
+        lo = starts[boxes.me] - own
+        boxes.half_round_for(src.dtype, sizes, "reduce_scatter")(src, starts, result[lo:lo + sizes[boxes.me]], coll)
+
+
+def all_gather_on(boxes, coll, whole):
+    """The second shot alone: each rank posts its chunk and copies the others', through the
+    kernel in one round over one box (each rank writing its chunk into every other's vector,
+    where the kernel allows it), else through the boxes, piece k of every chunk a round."""
+    if whole.nbytes > boxes.capacity and boxes.pids is not None:
+        boxes.kernel_round_for(whole.dtype, whole.size, "all_gather")(whole, whole, coll)
+        return
+    for starts, sizes in _rounds_of(boxes, whole.size, whole.itemsize, "all_gather"):
+        boxes.half_round_for(whole.dtype, sizes, "all_gather")(whole, starts, None, coll)
+
+
+def _rounds(model, m, phases):
+    """ceil(M/C) rounds of ``phases`` phases each, every rank reading an M/(N ceil(M/C)) slice from
+    every other at once (:func:`.posted.all_to_all`), a phase starting in half a message's time."""
+    rounds = max(1, math.ceil(m / setting("ALLREDUCE_TWOSHOT_BYTES")))
+    return [(phases * rounds, "phase", all_to_all(model).time(m / (model.n * rounds), ROUND_MESSAGES))]
+
+
 def schedule(model, m):
     """On one node, ceil(M/C) rounds (C the two-shot buffer), each two phases of every rank
     reading an M/(N ceil(M/C)) slice from every other at once, a phase starting in half a
@@ -275,8 +437,22 @@ def schedule(model, m):
     its reads one after another; across nodes, the ring."""
     if len(model.network.node_ranks()) > 1:
         return ring.schedule(model, m)
-    rounds = max(1, math.ceil(m / setting("ALLREDUCE_TWOSHOT_BYTES")))
-    return [(2 * rounds, "phase", all_to_all(model).time(m / (model.n * rounds), ROUND_MESSAGES))]
+    return _rounds(model, m, 2)
 
 
-ALGORITHM = over_boxes("twoshot", TwoShotWindow, ring.allreduce, schedule, in_pieces)
+def half_schedule(model, m):
+    """On one node, one shot: ceil(M/C) phases (C the two-shot buffer, M the whole vector) of
+    every rank reading an M/(N ceil(M/C)) slice from every other at once, each starting in half a
+    message's time (a counter in shared memory): ceil(M/C)(alpha/2 + C/(N beta)) where the reads
+    share nothing but their links, ceil(M/C) alpha/2 + (N-1)/N M/beta where each rank's memory
+    takes its reads one after another; across nodes, the ring's half."""
+    if len(model.network.node_ranks()) > 1:
+        return ring.half_schedule(model, m)
+    return _rounds(model, m, 1)
+
+
+ALGORITHM = dataclasses.replace(
+    over_boxes("twoshot", TwoShotWindow, ring.allreduce, schedule, in_pieces),
+    reduce_scatter=on_window("twoshot", TwoShotWindow, reduce_scatter_on, ring.reduce_scatter),
+    all_gather=on_window("twoshot", TwoShotWindow, all_gather_on, ring.all_gather),
+    reduce_scatter_schedule=half_schedule, all_gather_schedule=half_schedule)

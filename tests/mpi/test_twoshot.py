@@ -2,7 +2,8 @@
 one box (4 KiB boxes) both ways, in one round of kernel copies a box at a time and in many
 pieces through the boxes (ALLREDUCE_KERNEL_COPY=0), registered on some ranks and plain on
 others, read in place where registered, the sum of rounded floats in rank order on every rank,
-and ranks that run calls apart in time (the two boxes in turn)."""
+and ranks that run calls apart in time (the two boxes in turn); its reduce-scatter and all-gather
+among its all-reduces on one communicator."""
 
 import time
 
@@ -143,3 +144,90 @@ def test_ranks_apart_in_time(dup):
         algorithms.free_registered(recv, dup)
         algorithms.free_registered(send, dup)
     assert not failures, f"rank {rank}: " + "; ".join(failures)
+
+
+KINDS = ("allreduce", "reduce_scatter", "all_gather")
+
+
+def rank_order_sums(count, size, call):
+    """Every rank's random float32 input of call ``call``, and their sum in rank order in
+    float32, ((x0 + x1) + x2) + ..., as NumPy adds them."""
+    inputs = [np.random.default_rng((call, r)).normal(0, 1e3, count).astype(np.float32) for r in range(size)]
+    total = inputs[0].copy()
+    for x in inputs[1:]:
+        total += x
+    return inputs, total
+
+
+def one_call(kind, comm, x, mine, total, own, in_place):
+    """``kind`` on ``x`` (a vector as long as the whole, which the call may use in place):
+    ``(result, expected)``. The all-reduce and the reduce-scatter start from ``mine``, the
+    all-gather from this rank's chunk of ``total``."""
+    if kind == "allreduce":
+        x[:] = mine
+        out = None if in_place else np.empty_like(x)
+        return algorithms.allreduce(x, out, algorithm="twoshot", comm=comm), total
+    if kind == "reduce_scatter":
+        x[:] = mine
+        out = None if in_place else np.empty(own.stop - own.start, np.float32)
+        return algorithms.reduce_scatter(x, out, algorithm="twoshot", comm=comm), total[own]
+    if in_place:
+        x[:] = 0
+        x[own] = total[own]
+        return algorithms.all_gather(x, algorithm="twoshot", comm=comm), total
+    return algorithms.all_gather(total[own].copy(), x, algorithm="twoshot", comm=comm), total
+
+
+def mixed_calls(comm, counts, calls, registered=None, late=False):
+    """``calls`` calls in a row on ``comm``, every (kind, count of ``counts``, in place or not) at
+    least once where there are that many calls, in one fixed shuffle (the same on every rank),
+    from a registered vector (``registered``, as long as the longest count) on every other call,
+    one rank late (a sleep) in each where ``late``: the wrong results against NumPy's rank-order
+    sums, as strings. After each call the vectors are the caller's again: they are overwritten
+    at once."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    cases = [(kind, count, in_place) for kind in KINDS for count in counts for in_place in (False, True)]
+    order = np.random.default_rng(0).permutation(calls) % len(cases)
+    failures = []
+    for call, case in enumerate(order):
+        kind, count, in_place = cases[case]
+        inputs, total = rank_order_sums(count, size, call)
+        offsets = algorithms.chunk_offsets(count, size)
+        own = slice(offsets[rank], offsets[rank + 1])
+        plain = registered is None or call % 2 == 0
+        x = np.empty(count, np.float32) if plain else registered[:count]
+        if late and call % size == rank:
+            time.sleep(0.003)
+        result, expected = one_call(kind, comm, x, inputs[rank], total, own, in_place)
+        result = result.copy()
+        x[:] = -7
+        if wrong_elements(result, expected):
+            failures.append(f"call {call}: {kind} n={count} {in_place=} registered={not plain}")
+    return failures
+
+
+def test_mixed_collectives_keep_the_rounds_in_step(dup):
+    """All-reduces, reduce-scatters and all-gathers interleaved on one communicator, of one
+    box or less and of several (4 KiB boxes), in and out of place, plain and registered, one
+    rank late in each: every result NumPy's rank-order sum (or this rank's chunk of it), bit for
+    bit; the rounds of every kind share the boxes and their counters."""
+    count = 20011
+    registered = algorithms.alloc_registered(count, "float32", dup)
+    try:
+        failures = mixed_calls(dup, [0, 1, 1009, 5000, count], 60, registered, late=True)
+    finally:
+        algorithms.free_registered(registered, dup)
+    assert not failures, f"rank {dup.Get_rank()}: " + "; ".join(failures)
+
+
+@pytest.mark.parametrize("kernel", ["auto", "0"], ids=["kernel", "boxes"])
+def test_mixed_collectives_over_one_box_of_the_default_size(comm, monkeypatch, kernel):
+    """The same mix at the default box size (1 MiB): vectors over it (1.2 MB) and under it."""
+    monkeypatch.delenv("ALLREDUCE_TWOSHOT_BYTES", raising=False)
+    monkeypatch.setenv("ALLREDUCE_KERNEL_COPY", kernel)
+    dup = comm.Dup()
+    try:
+        failures = mixed_calls(dup, [1009, 300_007], 18)
+    finally:
+        dup.Free()
+    assert not failures, f"rank {comm.Get_rank()}: " + "; ".join(failures)
