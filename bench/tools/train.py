@@ -51,6 +51,13 @@ the rank count before summing, ours sums, then divides). noop's differ across ra
 construction (each rank keeps its own gradients). Any all-reducing run whose parameters differ
 is wrong: every run finishes, then one line says which, and the exit status is 1 (as nccl-tests'
 #wrong). Exit status 2: bad flags or settings.
+
+--strategy fsdp (bench.tools.train_fsdp) trains the same model sharded by FSDP2 (fully_shard on
+each layer, then the root), per dtype and --reshard-after-forward choice: noop (collectives that
+move nothing between ranks: its step is the compute), gloo (FSDP's own) and ours through
+algorithms.torch.shard_with; per run the step, the exposed all-gathers (forward, backward) and
+reduce-scatters beside their prediction (bench.tools.step_model_fsdp), the memory a rank holds
+against DDP's (1/N expected) and the parameters against DDP's, in the same rounds.
 """
 
 import argparse
@@ -75,6 +82,7 @@ from ..core.timing import interleaved
 from ..formats import stats
 from ..formats.tables import comment, description, epilog, plural, significant
 from .step_model import Predictor, exposed_after, prediction_fields
+from .train_figures import figure, mib, number, percentile, ratios, span, table_lines
 from .train_plot import plot
 from .train_timeline import draw as timeline
 from .train_timeline import trace_path
@@ -102,6 +110,13 @@ def parser():
                    help="comma list of off (the hook reduces each bucket before backward goes on), on (on a "
                         "communication thread while backward goes on); our algorithms run once for each "
                         "(default off)")
+    p.add_argument("--strategy", default="ddp",
+                   help="comma list of ddp (DistributedDataParallel), fsdp (FSDP2's fully_shard on each layer, then "
+                        "the root: all-gathers and reduce-scatters; our algorithms through "
+                        "algorithms.torch.shard_with, gloo FSDP's own, noop moving nothing) (default ddp)")
+    p.add_argument("--reshard-after-forward", default="on",
+                   help="comma list of on, off: whether FSDP frees each layer's gathered parameters after its "
+                        "forward (and gathers them again in the backward); fsdp runs once for each (default on)")
     p.add_argument("--model", default="mlp", choices=("mlp", "transformer"),
                    help="the synthetic model: mlp (Linear + ReLU layers) or transformer (nn.TransformerEncoderLayer "
                         "blocks, 32 tokens a sample) (default mlp)")
@@ -138,7 +153,8 @@ def comma_list(text, kind=str):
 
 
 def check_flags(args):
-    """(algorithms, bucket sizes, dtypes, overlap choices), or raise ValueError saying what is wrong."""
+    """(algorithms, bucket sizes, dtypes, overlap choices, strategies, reshard choices), or raise
+    ValueError saying what is wrong."""
     try:
         buckets = comma_list(args.bucket_mb, float)
     except ValueError:
@@ -161,8 +177,18 @@ def check_flags(args):
             raise ValueError(f"--{flag} must be at least 1")
     if args.warmup < 1:
         raise ValueError("--warmup must be at least 1 (DDP settles its buckets in the first step)")
+    strategies, reshards = comma_list(args.strategy), comma_list(args.reshard_after_forward)
+    if not strategies or any(s not in ("ddp", "fsdp") for s in strategies):
+        raise ValueError(f"--strategy {args.strategy}: a comma list of ddp, fsdp")
+    if not reshards or any(r not in ("on", "off") for r in reshards):
+        raise ValueError(f"--reshard-after-forward {args.reshard_after_forward}: a comma list of on, off")
+    halves = [a for a in algorithms.HALVES["all_gather"] if a in algorithms.HALVES["reduce_scatter"]]
+    if "fsdp" in strategies and [a for a in algos if a not in (*halves, *SPECIAL)]:
+        raise ValueError(f"--strategy fsdp: no all-gather and reduce-scatter in --algo "
+                         f"{','.join(a for a in algos if a not in (*halves, *SPECIAL))}; choices: {','.join(halves)}")
     return (list(dict.fromkeys(algos)), list(dict.fromkeys(buckets)), list(dict.fromkeys(dtypes)),
-            [o == "on" for o in dict.fromkeys(overlaps)])
+            [o == "on" for o in dict.fromkeys(overlaps)], list(dict.fromkeys(strategies)),
+            [r == "on" for r in dict.fromkeys(reshards)])
 
 
 def torch_problem():
@@ -206,36 +232,6 @@ TIMES = ("algorithm", "bucket", "dtype", "step", "exposed", "predicted", "error"
 TIMES_UNITS = ("", "(MiB)", "", "(ms)", "(ms)", "(ms)", "", "")
 CHECKS = ("algorithm", "bucket", "dtype", "p95", "parts", "busbw", "hidden", "params", "vs gloo")
 CHECKS_UNITS = ("", "(MiB)", "", "(ms)", "(ms)", "(GB/s)", "", "", "")
-
-
-def table_lines(columns, units, rows):
-    """A table: the header and units as "# " lines, then a line a row ("  "), every column as wide
-    as its widest cell, the first aligned left and the others right."""
-    widths = [max(len(cell) for cell in column) for column in zip(columns, units, *rows)]
-
-    def line(cells, lead):
-        return lead + "  ".join(f"{c:<{w}}" if i == 0 else f"{c:>{w}}"
-                                for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-    return [line(columns, "# "), line(units, "# "), *(line(row, "  ") for row in rows)]
-
-
-def mib(nbytes):
-    """ "96.0 MiB", "16.3 KiB", "512 B"."""
-    if nbytes >= 1 << 20:
-        return f"{nbytes / (1 << 20):.1f} MiB"
-    return f"{nbytes / 1024:.1f} KiB" if nbytes >= 1024 else f"{nbytes} B"
-
-
-def number(value, digits=1):
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def span(figure, unit=""):
-    """ "183 [175, 190]": a figure's median and 95% interval (a -J figure, :meth:`stats.Interval.as_dict`);
-    "-" for None."""
-    if figure is None:
-        return "-"
-    return f"{significant(figure['median'])}{unit} [{significant(figure['ci_low'])}, {significant(figure['ci_high'])}]"
 
 
 def label(run):
@@ -367,26 +363,6 @@ def summary_lines(runs):
 
 # ---------------------------------------------------------------- rounds
 
-def percentile(values, p):
-    """nccl-tests' percentile (:func:`bench.core.timing.iteration_stats`): the ceil(n p / 100)-th smallest."""
-    kept = sorted(values)
-    return kept[min(len(kept) - 1, (len(kept) * p + 99) // 100 - 1)]
-
-
-def figure(values):
-    """A figure of the -J document: the median of ``values`` (one a round) with its interval."""
-    return stats.median_interval(values).as_dict()
-
-
-def ratios(numerators, denominators):
-    """(per round a / b, None where b <= 0, which :func:`stats.paired_ratio` leaves out; their
-    :class:`stats.Interval`, None where no round has one)."""
-    per_round = [a / b if b > 0 else None for a, b in zip(numerators, denominators)]
-    if all(r is None for r in per_round):
-        return per_round, None
-    return per_round, stats.paired_ratio(numerators, denominators)
-
-
 def bucket_entries(spec, rounds, reference, size):
     """Per bucket in DDP's order ({"index", "bytes", then each figure's median and interval, and
     "rounds": each figure's values per round}), from the rounds as :func:`entry` takes them."""
@@ -491,7 +467,7 @@ def main(argv=None):
     comm = MPI.COMM_WORLD
     problem = None
     try:
-        algos, buckets, dtypes, overlaps = check_flags(args)
+        algos, buckets, dtypes, overlaps, strategies, reshards = check_flags(args)
     except ValueError as exc:
         problem = str(exc)
     if fail_together(comm, PROG, problem) or fail_together(comm, PROG, torch_problem()):
@@ -537,8 +513,12 @@ def main(argv=None):
     rank0 = comm.Get_rank() == 0
     if rank0:
         print("\n".join(header_lines(doc)), flush=True)
-    configs = specs(algos, buckets, dtypes, overlaps, ts)
-    measured = {spec: [] for spec in configs}
+    configs = specs(algos, buckets, dtypes, overlaps, ts) if "ddp" in strategies else []
+    if "fsdp" in strategies:
+        from . import train_fsdp as tf  # needs torch
+    sharded = tf.specs(algos, dtypes, overlaps, reshards) if "fsdp" in strategies else []
+    sharded_model = sharded and tf.predictor(comm, matrix, shared is not None)
+    measured = {spec: [] for spec in configs + sharded}
     runs = {}
     gloo = GlooBaseline()
     gloo.start(comm)
@@ -546,19 +526,22 @@ def main(argv=None):
         for spec in configs:  # each built once, the noop run of its bucket cap and dtype before it
             noop = ts.Spec(ts.NOOP, False, spec.bucket_mb, spec.dtype)
             runs[spec] = ts.Run(comm, model, spec, args.warmup, runs.get(noop) if spec != noop else None)
+        runs.update({spec: tf.Run(comm, model, spec, args.warmup) for spec in sharded})
         began = time.perf_counter()
 
         def measure(spec, index):
             measured[spec].append(runs[spec].round(args.steps))
             if all(len(rounds) == index + 1 for rounds in measured.values()):  # the round's last
                 doc["runs"] = entries(configs, measured, shared, size, pick, predictor)
+                if sharded:
+                    doc["fsdp_runs"] = tf.entries(sharded, measured, sharded_model)
                 if rank0:
                     print(comment(f"round {index + 1} of {args.rounds}: {time.perf_counter() - began:.1f} s"),
                           flush=True)
                     if args.json:
                         write_json_atomically(args.json, {**doc, "end_time": now()})
 
-        _, places = interleaved(configs, args.rounds, measure)
+        _, places = interleaved(configs + sharded, args.rounds, measure)
         gloo_params = {}
         for spec, run in zip(configs, doc["runs"]):  # gloo before ours in each bucket cap and dtype
             key = (spec.bucket_mb, spec.dtype)
@@ -570,6 +553,8 @@ def main(argv=None):
             run["params_identical"] = ts.identical(comm, parameters)
             if key in gloo_params and spec.algorithm not in SPECIAL:
                 run["vs_gloo_max_rel_diff"] = ts.max_rel_diff(comm, parameters, gloo_params[key])
+        wrong_sharded = sharded and tf.finish(comm, sharded, doc["fsdp_runs"], runs, {s: runs[s] for s in configs},
+                                              places)
     finally:
         for run in runs.values():
             run.close()
@@ -577,23 +562,28 @@ def main(argv=None):
     lines, wrong = summary_lines(doc["runs"])
     doc["complete"] = True
     doc["wrong"] = [label(r) + f" ({r['bucket_mb']:g} MiB, {r['dtype']})" for r in wrong]
+    doc["wrong"] += [tf.describe(r) for r in wrong_sharded or []]
     if rank0:
         groups = [r for r in doc["runs"] if r["algorithm"] == "noop"]
-        print("\n".join([*map(group_line, groups),
-                         comment(f"median [95% interval] over {plural(args.rounds, 'round')}; exposed = step - compute "
-                                 "in each round; exposed/gloo: paired by round, a tie where the interval holds 1"),
-                         *table_lines(TIMES, TIMES_UNITS, [time_cells(r) for r in doc["runs"]]), "#",
-                         *table_lines(CHECKS, CHECKS_UNITS, [check_cells(r) for r in doc["runs"]]), *lines]),
-              flush=True)
+        if doc["runs"]:
+            print("\n".join([*map(group_line, groups),
+                             comment(f"median [95% interval] over {plural(args.rounds, 'round')}; exposed = step - "
+                                     "compute in each round; exposed/gloo: paired by round, a tie where the interval "
+                                     "holds 1"),
+                             *table_lines(TIMES, TIMES_UNITS, [time_cells(r) for r in doc["runs"]]), "#",
+                             *table_lines(CHECKS, CHECKS_UNITS, [check_cells(r) for r in doc["runs"]]), *lines]),
+                  flush=True)
+        if sharded:
+            print("\n".join(tf.lines(doc["fsdp_runs"], args.rounds)), flush=True)
         if args.json:
             write_json_atomically(args.json, {**doc, "end_time": now()})
             print(f"# wrote {args.json}")
         for picture, draw_it in ((args.plot, plot), (args.timeline, timeline)):
-            if picture:
+            if picture and doc["runs"]:
                 draw_it(doc, picture)
                 print(f"# wrote {picture}" + (f" and {trace_path(picture)}" if draw_it is timeline else ""))
-        if wrong:
+        if doc["wrong"]:
             sys.stderr.write(f"{PROG}: error: parameters differ across ranks after all-reducing: "
                              f"{', '.join(doc['wrong'])}\n")
             sys.stderr.flush()
-    return 1 if wrong else 0
+    return 1 if doc["wrong"] else 0

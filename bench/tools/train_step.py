@@ -134,6 +134,7 @@ class Run:
         self.timer = art.HookState(algorithm=spec.algorithm, comm=comm) if spec.reduces and spec.algorithm != GLOO \
             else None  # the synchronous hook, timed beside the bare all-reduce
         self.turns = {}  # bucket bytes -> (its calls to time, iterations a turn)
+        self.held = None  # held_bytes after the first step's optimizer step
         self.steps(warmup)
 
     def steps(self, count):
@@ -150,6 +151,7 @@ class Run:
             backward = clock()
             loss.backward()
             self.optimizer.step()
+            self.held = self.held or held_bytes(self.module.parameters(), self.optimizer)
             self.optimizer.zero_grad()
             end = clock()
             seconds.append(end - start)
@@ -311,6 +313,17 @@ class _Bucket:
 
     def index(self):
         return self._index
+
+
+def held_bytes(parameters, optimizer):
+    """{"parameters", "gradients", "optimizer"}: the bytes of the tensors this rank holds of each
+    (a sharded parameter's, its gradient's and its state's local shard alone)."""
+    def size(tensors):
+        local = [t.to_local() if hasattr(t, "to_local") else t for t in tensors if isinstance(t, torch.Tensor)]
+        return sum(t.numel() * t.element_size() for t in local)
+    kept = list(parameters)
+    return {"parameters": size(kept), "gradients": size(p.grad for p in kept),
+            "optimizer": size(v for state in optimizer.state.values() for v in state.values())}
 
 
 def as_bits(parameter):

@@ -1,0 +1,56 @@
+"""The figures and text of ``python -m bench train``, shared by its DDP and FSDP runs: a -J
+figure (the median over the rounds with its 95% interval), ratios paired by round, and the
+tables' cells."""
+
+from ..formats import stats
+from ..formats.tables import significant
+
+
+def table_lines(columns, units, rows):
+    """A table: the header and units as "# " lines, then a line a row ("  "), every column as wide
+    as its widest cell, the first aligned left and the others right."""
+    widths = [max(len(cell) for cell in column) for column in zip(columns, units, *rows)]
+
+    def line(cells, lead):
+        return lead + "  ".join(f"{c:<{w}}" if i == 0 else f"{c:>{w}}"
+                                for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+    return [line(columns, "# "), line(units, "# "), *(line(row, "  ") for row in rows)]
+
+
+def mib(nbytes):
+    """ "96.0 MiB", "16.3 KiB", "512 B"."""
+    if nbytes >= 1 << 20:
+        return f"{nbytes / (1 << 20):.1f} MiB"
+    return f"{nbytes / 1024:.1f} KiB" if nbytes >= 1024 else f"{nbytes} B"
+
+
+def number(value, digits=1):
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def span(figure, unit=""):
+    """ "183 [175, 190]": a figure's median and 95% interval (a -J figure, :meth:`stats.Interval.as_dict`);
+    "-" for None."""
+    if figure is None:
+        return "-"
+    return f"{significant(figure['median'])}{unit} [{significant(figure['ci_low'])}, {significant(figure['ci_high'])}]"
+
+
+def percentile(values, p):
+    """nccl-tests' percentile (:func:`bench.core.timing.iteration_stats`): the ceil(n p / 100)-th smallest."""
+    kept = sorted(values)
+    return kept[min(len(kept) - 1, (len(kept) * p + 99) // 100 - 1)]
+
+
+def figure(values):
+    """A figure of the -J document: the median of ``values`` (one a round) with its interval."""
+    return stats.median_interval(values).as_dict()
+
+
+def ratios(numerators, denominators):
+    """(per round a / b, None where b <= 0, which :func:`stats.paired_ratio` leaves out; their
+    :class:`stats.Interval`, None where no round has one)."""
+    per_round = [a / b if b > 0 else None for a, b in zip(numerators, denominators)]
+    if all(r is None for r in per_round):
+        return per_round, None
+    return per_round, stats.paired_ratio(numerators, denominators)
