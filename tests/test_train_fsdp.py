@@ -47,9 +47,22 @@ def fsdp(tmp_path_factory):
     proc = run_mpi(2, ["-m", "bench", "train", "--strategy", "ddp,fsdp", "--algo", "ring,gloo,noop",
                        "--overlap", "off,on", "--reshard-after-forward", "on,off", "--layers", str(LAYERS),
                        "--width", str(WIDTH), "--batch", "4", "--warmup", "1", "--steps", str(STEPS),
-                       "--rounds", str(ROUNDS), "-J", str(document)], timeout=300)
+                       "--rounds", str(ROUNDS), "-J", str(document), "--plot", str(document.with_suffix(".png"))],
+                   timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc, json.loads(document.read_text())
+
+
+@needs_torch
+def test_fsdp_picture_beside_the_ddp_one(fsdp):
+    """--plot FILE.png draws the DDP runs there and the FSDP runs' parts in FILE-fsdp.png: a
+    PNG with a panel per dtype and reshard choice."""
+    proc, doc = fsdp
+    for name in ("train.png", "train-fsdp.png"):
+        assert f"# wrote " in proc.stdout and name in proc.stdout
+    picture = next(line.split()[-1] for line in proc.stdout.splitlines() if line.endswith("-fsdp.png"))
+    with open(picture, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
 @needs_torch

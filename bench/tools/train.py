@@ -83,6 +83,8 @@ from ..formats import stats
 from ..formats.tables import comment, description, epilog, plural, significant
 from .step_model import Predictor, exposed_after, prediction_fields
 from .train_figures import figure, mib, number, percentile, ratios, span, table_lines
+from .train_fsdp_plot import fsdp_path
+from .train_fsdp_plot import plot as fsdp_plot
 from .train_plot import plot
 from .train_timeline import draw as timeline
 from .train_timeline import trace_path
@@ -140,8 +142,8 @@ def parser():
     p.add_argument("-J", "--json", metavar="FILE",
                    help="write the header and every run as JSON, after every round (default: none)")
     p.add_argument("--plot", metavar="FILE.png",
-                   help="draw step time against bucket size, measured and predicted, with the compute time "
-                        "(default: none)")
+                   help="draw step time against bucket size, measured and predicted, with the compute time; "
+                        "the FSDP runs' parts of a step, measured and predicted, as FILE-fsdp.png (default: none)")
     p.add_argument("--timeline", metavar="FILE.png",
                    help="draw each run's buckets against the backward pass, measured beside predicted, and write "
                         "them as a Chrome trace, FILE.trace.json (default: none)")
@@ -477,7 +479,8 @@ def main(argv=None):
     from . import train_step as ts  # needs torch
     torch.set_num_threads(args.threads)
     ours = [a for a in algos if a not in SPECIAL]
-    outputs = [p for p in (args.json, args.plot, args.timeline, args.timeline and trace_path(args.timeline)) if p]
+    outputs = [p for p in (args.json, args.plot, args.timeline, args.timeline and trace_path(args.timeline),
+                           args.plot and "fsdp" in args.strategy and fsdp_path(args.plot)) if p]
     if refused(comm, PROG, outputs, tuning="auto" in ours):
         return 2
     if fail_together(comm, PROG, probe_problem(comm, ours, dtypes, ts)):
@@ -582,6 +585,9 @@ def main(argv=None):
             if picture and doc["runs"]:
                 draw_it(doc, picture)
                 print(f"# wrote {picture}" + (f" and {trace_path(picture)}" if draw_it is timeline else ""))
+        if args.plot and sharded:
+            fsdp_plot(doc, fsdp_path(args.plot))
+            print(f"# wrote {fsdp_path(args.plot)}")
         if doc["wrong"]:
             sys.stderr.write(f"{PROG}: error: parameters differ across ranks after all-reducing: "
                              f"{', '.join(doc['wrong'])}\n")
