@@ -1,0 +1,91 @@
+"""What PyTorch's hooks into our collectives share: CPU tensors viewed as NumPy vectors without a
+copy (:func:`as_numpy`) and the one communication thread overlapped collectives run on
+(:class:`CommThread`). Used by the DDP hook (:mod:`algorithms.torch`) and FSDP2's comms
+(:mod:`algorithms.torch_fsdp`); it needs PyTorch."""
+
+import queue
+import threading
+import time
+
+import ml_dtypes
+import torch
+from mpi4py import MPI
+
+from plumbing.ending import thread_level_name
+
+#: torch dtype -> how its CPU tensor becomes a NumPy vector of the same memory, and that vector's dtype
+_VIEWS = {
+    torch.float32: (lambda t: t.numpy(), "float32"),
+    torch.float64: (lambda t: t.numpy(), "float64"),
+    torch.float16: (lambda t: t.numpy(), "float16"),
+    torch.bfloat16: (lambda t: t.view(torch.int16).numpy().view(ml_dtypes.bfloat16), "bfloat16"),
+}
+_perf_counter = time.perf_counter
+
+
+def as_numpy(tensor):
+    """A 1-D NumPy vector sharing ``tensor``'s memory (a contiguous CPU tensor of float32,
+    float64, float16 or bfloat16); ``TypeError`` otherwise. Nothing is copied: the vector's
+    first byte is the tensor's (checked)."""
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"expected a torch.Tensor, got {type(tensor).__name__}")
+    view = _VIEWS.get(tensor.dtype)
+    if view is None or not tensor.is_cpu:
+        raise TypeError(f"algorithms.torch all-reduces CPU tensors of {', '.join(_VIEWS[d][1] for d in _VIEWS)}; "
+                        f"got a tensor of {str(tensor.dtype).removeprefix('torch.')} on {tensor.device}")
+    if not tensor.is_contiguous():
+        raise TypeError("algorithms.torch all-reduces contiguous tensors; got a strided one")
+    if tensor.requires_grad:
+        tensor = tensor.detach()
+    if tensor.dim() != 1:
+        tensor = tensor.reshape(-1)
+    array = view[0](tensor)
+    if array.ctypes.data != tensor.data_ptr() and tensor.numel():
+        raise RuntimeError("the NumPy view of the tensor does not share its memory")  # never expected
+    return array
+
+
+class CommThread:
+    """One communication thread: it runs the jobs handed to :meth:`submit` one at a time, in
+    the order handed over (a queue), so the collectives they run keep the caller's order, the
+    same on every rank, and only this thread calls MPI while they are in flight. ``owner``
+    names the caller in the error raised when MPI runs below ``MPI.THREAD_SERIALIZED``."""
+
+    def __init__(self, owner, name):
+        level = MPI.Query_thread()
+        if level < MPI.THREAD_SERIALIZED:
+            raise RuntimeError(f"{owner} calls MPI from a communication thread: it needs MPI "
+                               f"initialized at MPI_THREAD_SERIALIZED or above, not {thread_level_name(level)} "
+                               "(leave mpi4py.rc.thread_level at 'multiple', or set it to 'serialized')")
+        self._queue = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self.thread.start()
+
+    def submit(self, job):
+        """A ``torch.futures.Future`` of ``job()`` run on the thread: completed with what it
+        returns (a tensor), or with the exception it raised (its ``wait()`` raises it)."""
+        if self.thread is None:
+            raise RuntimeError("this communication thread is closed")
+        future = torch.futures.Future()
+        self._queue.put((job, future))
+        return future
+
+    def close(self):
+        """Stop the thread after the jobs already handed over; idempotent."""
+        if self.thread is not None:
+            self._queue.put(None)
+            self.thread.join()
+            self.thread = None
+
+    def _serve(self):
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            job, future = item
+            try:
+                result = job()
+            except BaseException as exc:  # noqa: BLE001 - the waiting caller raises it
+                future.set_exception(exc)
+                continue
+            future.set_result(result)
