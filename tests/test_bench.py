@@ -850,12 +850,14 @@ def test_tune_tables_the_halves_beside_the_allreduce(tmp_path):
     proc = run_mpi(2, ["-m", "bench", "tune", "-b", "1K", "-e", "4K", "-f", "4", "--repeats", "2",
                        "--algo", "ring,ps", "-o", str(out)], timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    allreduce_rules = json.loads(out.read_text())["rules"]
+    first = json.loads(out.read_text())
+    allreduce_rules = first["rules"]
     proc = run_mpi(2, ["-m", "bench", "tune", "-b", "1K", "-e", "4K", "-f", "4", "--repeats", "2",
                        "--collective", "reducescatter,allgather", "-o", str(out)], timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     table = json.loads(out.read_text())
     assert [r for r in table["rules"] if r.get("collective", "allreduce") == "allreduce"] == allreduce_rules
+    assert all(table[key] == first[key] for key in ("measured_us", "intervals_us", "rounds_us"))
     for collective in ("reduce_scatter", "all_gather"):
         rules = [r for r in table["rules"] if r.get("collective") == collective and r["dtype"] == "float32"]
         assert [r["measured_bytes"] for r in rules] == sizes

@@ -231,8 +231,8 @@ def main(argv=None):
                                          [n for n in names if n in candidates(c)], c)
                 for c in tuned for dtype in dtypes}
     if comm.Get_rank() == 0:
-        kept = [rule for rule in (load_table(standing)["rules"] if standing else [])
-                if rule.get("collective", "allreduce") not in tuned]
+        before = load_table(standing) if standing else {"rules": []}
+        kept = [rule for rule in before["rules"] if rule.get("collective", "allreduce") not in tuned]
 
         def per(c, field):  # {dtype: {bytes: {candidate: field(rounds)}}} of collective c
             return {name: {str(b): field(rounds) for b, (rounds, _) in times.items()}
@@ -241,6 +241,10 @@ def main(argv=None):
                  "rules": kept + [rule for c in tuned for (cc, name), times in measured.items() if cc == c
                                   for rule in rules(times, name, c)]
                  + [{**rule, "dtype": "*"} for c in tuned for rule in rules(measured[c, dtypes[0].name], "*", c)]}
+        for c in set(COLLECTIVES.values()) - set(tuned):  # the times behind the kept rules, kept
+            prefix = "" if c == "allreduce" else f"{c}_"
+            table.update({key: before[key] for key in (f"{prefix}measured_us", f"{prefix}intervals_us",
+                                                       f"{prefix}rounds_us") if key in before})
         for c in tuned:  # the all-reduce's as measured_us, ...; the others' as reduce_scatter_measured_us, ...
             prefix = "" if c == "allreduce" else f"{c}_"
             table[f"{prefix}measured_us"] = per(c, lambda rounds: {k: round(median(v) * 1e6, 3) for k, v in rounds.items()})
