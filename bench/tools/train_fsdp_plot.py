@@ -65,7 +65,8 @@ def plot(document, output):
                         color="black", marker="_", markersize=14, capsize=4,
                         label="measured step [95% interval]" if i == 0 else None)
         ax.bar(0, 0, 0, color="white", edgecolor="grey", hatch="//", label="predicted (hatched)")
-        ax.set_xticks(range(len(mine)), [f"{label(r)}\nmeasured | predicted" for r in mine], fontsize="small")
+        ax.set_xticks(range(len(mine)), [label(r) for r in mine], fontsize="small")
+        ax.set_xlabel("each run: measured (left), predicted (right, hatched)")
         ax.set_ylabel("step time (ms)")
         ax.set_ylim(bottom=0)
         ax.set_title(f"{dtype}, reshard after forward {'on' if reshard else 'off'}")
