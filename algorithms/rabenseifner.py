@@ -26,8 +26,10 @@ The halves run alone (:func:`reduce_scatter`, :func:`all_gather`) keep the chunk
 steps go from the farthest cores to the nearest, so that after the m halving steps core v
 holds group v's chunks, reduced over every rank, and sends each member its own; the all-gather
 runs them in reverse (recursive doubling, nearest first). On uniform links each takes
-log_k(p) alpha + (p-1)/p M/beta where N = p, plus the fold where N > p. Out of place, the
-reduce-scatter takes a whole-length scratch vector on each core for its partial sums.
+log_k(p) alpha + (p-1)/p M/beta where N = p, plus the fold where N > p. The reduce-scatter's
+last step reduces straight into the result (on a core without members); out of place, its
+earlier partial sums go to a scratch as long as the first step's kept part (whole-length on a
+core with members, which reduces their vectors in first).
 
 ``ALLREDUCE_RADIX`` sets k (default 2; agreed on by every rank); a radix above N runs as N
 (one step: each core exchanges a 1/N slice with every other). Parts move in pipeline segments
@@ -126,34 +128,42 @@ def _plan(count, itemsize, n, k, rank, cut=steps):
     return None, members, tuple(plan)
 
 
-def _reducer(coll, dtype, rounds):
+def _shifted(pieces, by):
+    """``pieces`` (slices) moved ``by`` elements down: their place in a vector that starts there."""
+    return tuple(slice(piece.start - by, piece.stop - by) for piece in pieces)
+
+
+def _reducer(coll, dtype, rounds, read=0, write=0):
     """``reduce(current, out)``: the k-1 rounds of one halving step, piece by piece, reducing the
-    parts received into this core's part of ``current`` and writing it to ``out``. Radix 2: the
-    step's exchange of each piece, bound once (:meth:`Collective.exchange`); else every receive
+    parts received into this core's part of ``current`` and writing it to ``out``; element i of
+    the vector is ``current[i - read]`` and ``out[i - write]`` (0, 0: both whole-length). Radix 2:
+    the step's exchange of each piece, bound once (:meth:`Collective.exchange`); else every receive
     and send posted at once and the parts reduced in round order."""
     combine = coll.combine
     if len(rounds) == 1:
         outs, dest, intos, source = rounds[0]
         paired = tuple(zip(
             (coll.exchange(dtype, out.stop - out.start, dest, into.stop - into.start, source, True)
-             for out, into in zip(outs, intos)), outs, intos))
+             for out, into in zip(outs, intos)), _shifted(outs, read), _shifted(intos, read), _shifted(intos, write)))
 
         def reduce(current, out):
-            for exchange, sent, into in paired:
-                exchange(current[sent], current[into], out[into])
+            for exchange, sent, into, target in paired:
+                exchange(current[sent], current[into], out[target])
         return reduce
     isend, irecv = coll.isend, coll.irecv
+    rounds = tuple((_shifted(outs, read), dest, intos, source) for outs, dest, intos, source in rounds)
+    kept, targets = _shifted(rounds[0][2], read), _shifted(rounds[0][2], write)
 
     def reduce(current, out):
         for j, into in enumerate(rounds[0][2]):
             incoming = [coll.scratch(dtype, into.stop - into.start, f"rabenseifner-{t}") for t in range(len(rounds))]
             receives = [irecv(buf, source) for buf, (_, _, _, source) in zip(incoming, rounds)]
             sends = [isend(current[outs[j]], dest) for outs, dest, _, _ in rounds]
-            acc = current[into]
+            acc, target = current[kept[j]], out[targets[j]]
             for buf, request in zip(incoming, receives):
                 request.Wait()
-                combine(acc, buf, out[into])
-                acc = out[into]
+                combine(acc, buf, target)
+                acc = target
             for request in sends:
                 request.Wait()
     return reduce
@@ -238,25 +248,53 @@ def allreduce(coll, sendbuf, recvbuf):
     coll.plan(bind, recvbuf.size, recvbuf.dtype)(sendbuf, recvbuf)
 
 
+def _scatter_bound(coll, count, dtype, in_place):
+    """The reduce-scatter's steps (:func:`group_steps`), bound once per shape and placement:
+    ``(core_rank, members, reducers, scratch)``, ``scratch`` the length of the vector this core's
+    partial sums go to out of place (None: none). A core with members reduces them in, so its
+    partial sums are whole-length (``partial``, or scratch); one without keeps them in place
+    (``partial`` is ``src``) or in a scratch as long as the part its first step keeps (out of
+    place), and its last step, which keeps its own chunk, reduces straight into ``result``."""
+    n, rank = coll.size, coll.rank
+    core, members, plan = _plan(count, dtype.itemsize, n, radix(n), rank, group_steps)
+    if core is not None:
+        return core, members, (), None
+    keeps = [reduce_rounds[0][2] for reduce_rounds, _ in plan]
+    kept, own = keeps[0][0].start, chunk_offsets(count, n)[rank]
+    base = 0 if in_place or members else kept  # where the partial sums' vector starts
+    scratch = None if in_place else count if members else keeps[0][-1].stop - kept if len(plan) > 1 else None
+    reducers, read = [], 0
+    for s, (reduce_rounds, _) in enumerate(plan):
+        write = own if s == len(plan) - 1 and not members else base
+        reducers.append(_reducer(coll, dtype, reduce_rounds, read, write))
+        read = base
+    return None, members, tuple(reducers), scratch
+
+
 def reduce_scatter(coll, src, partial, result):
     """Recursive halving cut at group boundaries (:func:`group_steps`): the members' vectors
     reduced into their cores, the m halving steps, then each core sends each of its members its
-    chunk. Partial sums go to ``partial`` (on a core: whole-length scratch where it is None)."""
+    chunk. Partial sums go to ``partial``, or out of place to scratch (:func:`_scatter_bound`);
+    a core without members reduces its last step straight into ``result``."""
     n, rank = coll.size, coll.rank
     if n == 1:
         coll.start_in(src, result)
         return
-    core, members, steps_bound = coll.plan(_bound, src.size, src.dtype, group_steps)
+    core, members, reducers, scratch = coll.plan(_scatter_bound, src.size, src.dtype, partial is not None)
     if core is not None:
         _send_in(coll, src, core)
         coll.recv(result, core)
         return
-    if partial is None:
-        partial = coll.scratch(src.dtype, src.size, "rabenseifner-partial")
+    if partial is None and scratch is not None:
+        partial = coll.scratch(src.dtype, scratch, "rabenseifner-partial")
     current = _fold_in(coll, members, src, partial)
-    for reduce, _ in steps_bound:
+    for reduce in reducers[:-1]:
         reduce(current, partial)
         current = partial
+    if not members:
+        reducers[-1](current, result)
+        return
+    reducers[-1](current, partial)
     offsets = chunk_offsets(src.size, n)
     for member in members:
         coll.send(partial[offsets[member]:offsets[member + 1]], member)
