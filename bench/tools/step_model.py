@@ -184,15 +184,24 @@ def prediction_fields(predictor, spec, reference, exposed):
                                                                   reference)
     if not predictions or any(p.exposed_s != p.exposed_s for p in predictions):  # none, or NaN: no schedule
         return made
-    for name, values in (("exposed", [p.exposed_s * 1e3 for p in predictions]),
-                         ("step", [p.step_s * 1e3 for p in predictions])):
-        made[f"predicted_{name}_ms"] = stats.median(values)
-        made[f"predicted_{name}"] = stats.median_interval(values).as_dict()
+    against_measured(made, predictions, exposed)
     made["predicted_efficiency"] = stats.median_interval([p.efficiency for p in predictions]).as_dict()
     last = predictions[-1]
     made["predicted_buckets"] = [{"allreduce_ms": t * 1e3, "start_ms": a * 1e3, "end_ms": b * 1e3}
                                  for t, (a, b) in zip(last.allreduce_s, last.spans)]
+    return made
+
+
+def against_measured(made, predictions, exposed):
+    """Set in ``made`` the medians over the rounds of ``predictions`` (each with ``exposed_s`` and
+    ``step_s``): "predicted_exposed_ms" and "predicted_step_ms", with their intervals as
+    "predicted_exposed" and "predicted_step", and beside the measured exposed ms a round
+    (``exposed``): "prediction_error" (predicted / measured - 1, the medians) and
+    "prediction_within" (the predicted median in the measured interval)."""
+    for name, values in (("exposed", [p.exposed_s * 1e3 for p in predictions]),
+                         ("step", [p.step_s * 1e3 for p in predictions])):
+        made[f"predicted_{name}_ms"] = stats.median(values)
+        made[f"predicted_{name}"] = stats.median_interval(values).as_dict()
     measured = stats.median(exposed)
     made["prediction_error"] = made["predicted_exposed_ms"] / measured - 1 if measured > 0 else None
     made["prediction_within"] = stats.median_interval(exposed).holds(made["predicted_exposed_ms"])
-    return made

@@ -29,7 +29,7 @@ rest overlaps. The step is T_c + exposed, T_c the sum of the profile.
 from dataclasses import dataclass, field
 
 from ..formats import stats
-from .step_model import processor_share
+from .step_model import against_measured, processor_share
 
 #: the exposed communication's parts, in the order of the step
 PARTS = ("all_gather_forward", "all_gather_backward", "reduce_scatter")
@@ -191,16 +191,10 @@ def prediction_fields(predictions, synchronous, overlapped, exposed):
                           "predicted_collectives", "prediction_error", "prediction_within"))
     if not predictions or any(p.exposed_s != p.exposed_s for p in predictions):  # none, or NaN: no schedule
         return made
-    for name, values in (("exposed", [p.exposed_s * 1e3 for p in predictions]),
-                         ("step", [p.step_s * 1e3 for p in predictions])):
-        made[f"predicted_{name}_ms"] = stats.median(values)
-        made[f"predicted_{name}"] = stats.median_interval(values).as_dict()
+    against_measured(made, predictions, exposed)
     made["predicted_parts_ms"] = {part: stats.median([p.exposed[part] * 1e3 for p in predictions]) for part in PARTS}
     for name, bound in (("synchronous", synchronous), ("overlapped", overlapped)):
         made[f"predicted_{name}_ms"] = stats.median([p.exposed_s * 1e3 for p in bound]) if bound else None
     made["predicted_collectives"] = [{"kind": kind, "unit": unit, "start_ms": a * 1e3, "end_ms": b * 1e3}
                                      for kind, unit, a, b in predictions[-1].spans]
-    measured = stats.median(exposed)
-    made["prediction_error"] = made["predicted_exposed_ms"] / measured - 1 if measured > 0 else None
-    made["prediction_within"] = stats.median_interval(exposed).holds(made["predicted_exposed_ms"])
     return made

@@ -82,7 +82,7 @@ from ..core.timing import interleaved
 from ..formats import stats
 from ..formats.tables import comment, description, epilog, plural, significant
 from .step_model import Predictor, exposed_after, prediction_fields
-from .train_figures import figure, mib, number, percentile, ratios, span, table_lines
+from .train_figures import against_gloo, figure, mib, number, percentile, ratios, span, table_lines
 from .train_fsdp_plot import fsdp_path
 from .train_fsdp_plot import plot as fsdp_plot
 from .train_plot import plot
@@ -440,12 +440,7 @@ def entry(spec, rounds, reference, gloo, shared, size, predictor=None):
         "step_vs_gloo": None, "exposed_vs_gloo": None, "params_identical": None, "vs_gloo_max_rel_diff": None,
         "rounds": per})
     made.update(prediction_fields(predictor, spec, reference, exposed))
-    if gloo is not None:
-        gloo_step = [stats.median(one["steps_s"]) * 1e3 for one in gloo]
-        for name, mine, theirs in (("step", step, gloo_step),
-                                   ("exposed", exposed, [g - c for g, c in zip(gloo_step, compute)])):
-            per[f"{name}_vs_gloo"], ratio = ratios(mine, theirs)
-            made[f"{name}_vs_gloo"] = None if ratio is None else {**ratio.as_dict(), "verdict": stats.verdict(ratio)}
+    against_gloo(made, per, step, compute, gloo)
     return made
 
 

@@ -54,3 +54,18 @@ def ratios(numerators, denominators):
     if all(r is None for r in per_round):
         return per_round, None
     return per_round, stats.paired_ratio(numerators, denominators)
+
+
+def against_gloo(made, per_round, step, compute, gloo):
+    """Set a run's "step_vs_gloo" and "exposed_vs_gloo" (paired by round, with the verdict) in
+    ``made`` and their per-round ratios in ``per_round``, from its step and the reference's
+    compute ms a round and gloo's rounds (``gloo``: each with its "steps_s"); nothing where
+    ``gloo`` is None."""
+    if gloo is None:
+        return
+    gloo_step = [stats.median(one["steps_s"]) * 1e3 for one in gloo]
+    exposed = [s - c for s, c in zip(step, compute)]
+    for name, mine, theirs in (("step", step, gloo_step),
+                               ("exposed", exposed, [g - c for g, c in zip(gloo_step, compute)])):
+        per_round[f"{name}_vs_gloo"], ratio = ratios(mine, theirs)
+        made[f"{name}_vs_gloo"] = None if ratio is None else {**ratio.as_dict(), "verdict": stats.verdict(ratio)}

@@ -53,7 +53,7 @@ from ..formats import stats
 from ..formats.tables import comment, significant
 from . import train_step as ts
 from .step_model_fsdp import PARTS, Predictor, Profile, prediction_fields
-from .train_figures import figure, number, percentile, ratios, span, table_lines
+from .train_figures import against_gloo, figure, number, percentile, ratios, span, table_lines
 
 GLOO, NOOP = ts.GLOO, ts.NOOP
 POOL = 4  # buffers kept per size by the reference's all-gather (FSDP holds at most two at a time)
@@ -349,12 +349,7 @@ def entry(spec, rounds, reference, gloo, predictor):
     made.update(predictions(predictor, spec, reference, exposed))
     made.update({"step_vs_gloo": None, "exposed_vs_gloo": None, "memory": None, "params_identical": None,
                  "vs_ddp_max_rel_diff": None, "rounds": per_round})
-    if gloo is not None:
-        gloo_step = [stats.median(one["steps_s"]) * 1e3 for one in gloo]
-        for name, mine, theirs in (("step", step, gloo_step),
-                                   ("exposed", exposed, [g - c for g, c in zip(gloo_step, compute)])):
-            per_round[f"{name}_vs_gloo"], ratio = ratios(mine, theirs)
-            made[f"{name}_vs_gloo"] = None if ratio is None else {**ratio.as_dict(), "verdict": stats.verdict(ratio)}
+    against_gloo(made, per_round, step, compute, gloo)
     return made
 
 
