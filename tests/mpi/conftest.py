@@ -10,12 +10,23 @@ from mpi4py import MPI
 
 import algorithms
 from algorithms.ops import LOW_PRECISION
+from bench.baselines.gloo import GlooBaseline
 from topology import random_heterogeneous
 
 
 @pytest.fixture
 def comm():
     return MPI.COMM_WORLD
+
+
+@pytest.fixture(scope="module")
+def gloo_process_group():
+    """A gloo process group over every rank for a module's tests (DDP and FSDP need one), made as
+    the gloo baseline makes it and destroyed after them."""
+    gloo = GlooBaseline()
+    gloo.start(MPI.COMM_WORLD)
+    yield
+    gloo.close()
 
 
 def rank_input(dtype, op, count, rank, size, salt=0):

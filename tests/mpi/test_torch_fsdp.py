@@ -23,21 +23,12 @@ from mpi4py import MPI
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 import algorithms.torch as art
-from bench.baselines.gloo import GlooBaseline
 
-pytestmark = pytest.mark.mpi
+pytestmark = [pytest.mark.mpi, pytest.mark.usefixtures("gloo_process_group")]
 
 WIDTH, LAYERS, BATCH, STEPS = 64, 4, 8, 3
 TOLERANCE = {torch.float32: 1e-6, torch.bfloat16: 2.0 ** -8}
 ReduceOp = dist.ReduceOp
-
-
-@pytest.fixture(scope="module", autouse=True)
-def process_group():
-    gloo = GlooBaseline()
-    gloo.start(MPI.COMM_WORLD)
-    yield
-    gloo.close()
 
 
 def mlp():

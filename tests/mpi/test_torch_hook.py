@@ -22,21 +22,12 @@ from mpi4py import MPI
 
 import algorithms
 import algorithms.torch as art
-from bench.baselines.gloo import GlooBaseline
 
-pytestmark = pytest.mark.mpi
+pytestmark = [pytest.mark.mpi, pytest.mark.usefixtures("gloo_process_group")]
 
 WIDTH, LAYERS, BATCH, STEPS = 48, 3, 8, 3
 BUCKET_MB = 0.004  # 4 KiB buckets: the 3 layers' 7056 parameters go in several, in fp32 and bf16
 TOLERANCE = {torch.float32: 1e-6, torch.bfloat16: 2.0 ** -6}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def process_group():
-    gloo = GlooBaseline()
-    gloo.start(MPI.COMM_WORLD)
-    yield
-    gloo.close()
 
 
 def model(dtype):
