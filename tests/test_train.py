@@ -50,8 +50,8 @@ def rows(text):
     times, checks = {}, {}
     for line in text.splitlines():
         cells = re.split(r"\s{2,}", line.strip())
-        if line.startswith("  ") and len(cells) in (8, 9):
-            (times if len(cells) == 8 else checks)[cells[0], cells[1], cells[2]] = cells
+        if line.startswith("  ") and len(cells) in (7, 10):
+            (times if len(cells) == 7 else checks)[cells[0], cells[1], cells[2]] = cells
     return times, checks
 
 
@@ -188,15 +188,15 @@ def test_two_ranks_table_and_document(two_ranks):
         assert cells[6] == "-" if error is None else cells[6] == f"{error * 100:+.0f}%" + (
             " in" if run["prediction_within"] else "")
         ratio = run["exposed_vs_gloo"]
-        assert cells[7:] == ["-"] if ratio is None else cells[7].endswith(" tie") == (ratio["verdict"] == "tie")
+        assert more[3] == "-" if ratio is None else more[3].endswith(" tie") == (ratio["verdict"] == "tie")
         if ratio is not None:
-            assert cell_figure(cells[7].removesuffix(" tie")) == pytest.approx([ratio["median"], ratio["ci_low"], ratio["ci_high"]],
+            assert cell_figure(more[3].removesuffix(" tie")) == pytest.approx([ratio["median"], ratio["ci_low"], ratio["ci_high"]],
                                                           rel=6e-3, abs=1e-9)
         if run["algorithm"] == "noop":
-            assert run["params_identical"] is False and more[7] == "differ"  # each rank its own gradients
+            assert run["params_identical"] is False and more[8] == "differ"  # each rank its own gradients
             assert run["busbw"] is None and run["model_step_ms"] == run["compute_ms"] == run["step_ms"]
             continue
-        assert run["params_identical"] is True and more[7] == "same"
+        assert run["params_identical"] is True and more[8] == "same"
         assert run["busbw"] > 0 and all(b["allreduce_ms"] > 0 for b in run["buckets"])
         if run["algorithm"] != "gloo":  # at 2 ranks dividing by 2 is exact: gloo's bits exactly
             assert run["vs_gloo_max_rel_diff"] == 0.0 and run["overlap_reached"] is not None
@@ -336,7 +336,7 @@ def test_an_all_reducing_run_whose_parameters_differ_exits_1(tmp_path):
     assert [r["params_identical"] for r in document["runs"]] == [False, False, False]
     assert document["complete"] and document["wrong"] == ["gloo (25 MiB, fp32)", "ring (25 MiB, fp32)"]
     checks = rows(proc.stdout)[1]
-    assert [checks[a, "25", "fp32"][7] for a in ("noop", "gloo", "ring")] == ["differ", "WRONG", "WRONG"]
+    assert [checks[a, "25", "fp32"][8] for a in ("noop", "gloo", "ring")] == ["differ", "WRONG", "WRONG"]
     errors = [line for line in proc.stderr.splitlines() if "error" in line]
     assert errors == ["python -m bench train: error: parameters differ across ranks after all-reducing: "
                       "gloo (25 MiB, fp32), ring (25 MiB, fp32)"]

@@ -139,8 +139,13 @@ def test_fsdp_memory_and_parameters(fsdp):
     assert sorted(times) == sorted(parts) == sorted(checks) == keys
     for run in document["fsdp_runs"]:
         key = label(run), "on" if run["reshard_after_forward"] else "off"
-        assert checks[key][7] == "0.500 (0.500)"
-        assert checks[key][8] == ("differ" if run["algorithm"] == "noop" else "same")
+        assert checks[key][8] == "0.500 (0.500)"
+        assert checks[key][9] == ("differ" if run["algorithm"] == "noop" else "same")
+        ratio = run["exposed_vs_gloo"]
+        assert checks[key][3] == "-" if ratio is None else checks[key][3].endswith(" tie") == (ratio["verdict"] == "tie")
+        if ratio is not None:
+            assert cell_figure(checks[key][3].removesuffix(" tie")) == pytest.approx(
+                [ratio["median"], ratio["ci_low"], ratio["ci_high"]], rel=6e-3, abs=1e-9), key
         for cell, figure in ((times[key][3], run["step"]), (times[key][4], run["exposed"]),
                              (parts[key][3], run["exposed_all_gather"]["forward"]),
                              (parts[key][4], run["exposed_all_gather"]["backward"]),
@@ -176,14 +181,20 @@ def test_fsdp_prediction_from_the_noop_profile(fsdp):
 
 
 def fsdp_rows(text):
-    """({(label, reshard): cells} of the FSDP tables of times (8 cells), of exposed parts (7) and
-    of memory and parameters (10)."""
-    tables = {8: {}, 7: {}, 10: {}}
+    """({(label, reshard): cells} of the FSDP tables of times (7 cells), of exposed parts (7) and of
+    the ratio to gloo, memory and parameters (11), in the order printed."""
+    tables, block = [], None
     for line in text.split("# FSDP (", 1)[1].splitlines():
+        if not line.startswith("  "):
+            block = None
+            continue
+        if block is None:
+            block = {}
+            tables.append(block)
         cells = re.split(r"\s{2,}", line.strip())
-        if line.startswith("  ") and len(cells) in tables:
-            tables[len(cells)][cells[0], cells[2]] = cells
-    return tables[8], tables[7], tables[10]
+        block[cells[0], cells[2]] = cells
+    assert [len(next(iter(t.values()))) for t in tables] == [7, 7, 11]
+    return tables
 
 
 @pytest.mark.parametrize("args,message", [

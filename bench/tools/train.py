@@ -82,7 +82,7 @@ from ..core.timing import interleaved
 from ..formats import stats
 from ..formats.tables import comment, description, epilog, plural, significant
 from .step_model import Predictor, exposed_after, prediction_fields
-from .train_figures import against_gloo, figure, mib, number, percentile, ratios, span, table_lines
+from .train_figures import against_gloo, figure, gloo_ratio_cell, mib, number, percentile, ratios, span, table_lines
 from .train_fsdp_plot import fsdp_path
 from .train_fsdp_plot import plot as fsdp_plot
 from .train_plot import plot
@@ -230,10 +230,10 @@ def specs(algos, buckets, dtypes, overlaps, ts):
 
 # ---------------------------------------------------------------- text
 
-TIMES = ("algorithm", "bucket", "dtype", "step", "exposed", "predicted", "error", "exposed/gloo")  # compute: noop's
-TIMES_UNITS = ("", "(MiB)", "", "(ms)", "(ms)", "(ms)", "", "")
-CHECKS = ("algorithm", "bucket", "dtype", "p95", "parts", "busbw", "hidden", "params", "vs gloo")
-CHECKS_UNITS = ("", "(MiB)", "", "(ms)", "(ms)", "(GB/s)", "", "", "")
+TIMES = ("algorithm", "bucket", "dtype", "step", "exposed", "predicted", "error")  # compute: noop's
+TIMES_UNITS = ("", "(MiB)", "", "(ms)", "(ms)", "(ms)", "")
+CHECKS = ("algorithm", "bucket", "dtype", "exposed/gloo", "p95", "parts", "busbw", "hidden", "params", "vs gloo")
+CHECKS_UNITS = ("", "(MiB)", "", "", "(ms)", "(ms)", "(GB/s)", "", "", "")
 
 
 def label(run):
@@ -242,21 +242,21 @@ def label(run):
 
 
 def time_cells(run):
-    """The cells of a run's row in the table of times ("tie" after a ratio whose interval holds 1)."""
-    ratio = run["exposed_vs_gloo"]
+    """The cells of a run's row in the table of times: step, exposed, predicted exposed, error."""
     error = run.get("prediction_error")
     return (label(run), f"{run['bucket_mb']:g}", run["dtype"], span(run["step"]), span(run["exposed"]),
             number(run["predicted_exposed_ms"]) if run.get("predicted_exposed_ms") is not None else "-",
-            "-" if error is None else f"{error * 100:+.0f}%" + (" in" if run["prediction_within"] else ""),
-            span(ratio, "x") + (" tie" if ratio and ratio["verdict"] == "tie" else ""))
+            "-" if error is None else f"{error * 100:+.0f}%" + (" in" if run["prediction_within"] else ""))
 
 
 def check_cells(run):
-    """The cells of a run's row in the second table: p95, model, busbw, hidden, parameters."""
+    """The cells of a run's row in the second table: exposed over gloo's ("tie" after a ratio whose
+    interval holds 1), p95, parts, busbw, hidden, parameters."""
     params = "same" if run["params_identical"] else ("differ" if run["algorithm"] == "noop" else "WRONG")
     hidden = "-" if run["overlap_reached"] is None else f"{run['overlap_reached'] * 100:.0f}%"
     rel = run["vs_gloo_max_rel_diff"]
-    return (label(run), f"{run['bucket_mb']:g}", run["dtype"], number(run["step_p95_ms"]), span(run["model_step"]),
+    return (label(run), f"{run['bucket_mb']:g}", run["dtype"], gloo_ratio_cell(run["exposed_vs_gloo"]),
+            number(run["step_p95_ms"]), span(run["model_step"]),
             "-" if run["busbw"] is None else significant(run["busbw"]), hidden, params,
             "-" if rel is None else f"{rel:.1e}")
 

@@ -28,6 +28,11 @@ def number(value, digits=1):
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def gloo_ratio_cell(ratio):
+    """ "0.47x [0.17, 0.77]", then " tie" where the paired ratio's interval holds 1; "-" for None."""
+    return span(ratio, "x") + (" tie" if ratio and ratio["verdict"] == "tie" else "")
+
+
 def span(figure, unit=""):
     """ "183 [175, 190]": a figure's median and 95% interval (a -J figure, :meth:`stats.Interval.as_dict`);
     "-" for None."""

@@ -53,7 +53,7 @@ from ..formats import stats
 from ..formats.tables import comment, significant
 from . import train_step as ts
 from .step_model_fsdp import PARTS, Predictor, Profile, prediction_fields
-from .train_figures import against_gloo, figure, number, percentile, ratios, span, table_lines
+from .train_figures import against_gloo, figure, gloo_ratio_cell, number, percentile, ratios, span, table_lines
 
 GLOO, NOOP = ts.GLOO, ts.NOOP
 POOL = 4  # buffers kept per size by the reference's all-gather (FSDP holds at most two at a time)
@@ -411,12 +411,13 @@ def finish(comm, configs, entries_made, runs, ddp_runs, places):
 
 # ---------------------------------------------------------------- text
 
-TIMES = ("fsdp", "dtype", "reshard", "step", "exposed", "predicted", "error", "exposed/gloo")
-TIMES_UNITS = ("", "", "", "(ms)", "(ms)", "(ms)", "", "")
+TIMES = ("fsdp", "dtype", "reshard", "step", "exposed", "predicted", "error")
+TIMES_UNITS = ("", "", "", "(ms)", "(ms)", "(ms)", "")
 PARTS_COLUMNS = ("fsdp", "dtype", "reshard", "AG fwd", "AG bwd", "RS", "predicted")
 PARTS_UNITS = ("", "", "", "(ms)", "(ms)", "(ms)", "(ms: AG fwd, bwd, RS)")
-CHECKS = ("fsdp", "dtype", "reshard", "p95", "params", "grads", "optimizer", "held/ddp", "params", "vs ddp")
-CHECKS_UNITS = ("", "", "", "(ms)", "(MiB)", "(MiB)", "(MiB)", "(1/N)", "", "")
+CHECKS = ("fsdp", "dtype", "reshard", "exposed/gloo", "p95", "params", "grads", "optimizer", "held/ddp", "params",
+          "vs ddp")
+CHECKS_UNITS = ("", "", "", "", "(ms)", "(MiB)", "(MiB)", "(MiB)", "(1/N)", "", "")
 
 
 def label(run):
@@ -430,10 +431,9 @@ def describe(made):
 
 
 def time_cells(run):
-    ratio, error = run["exposed_vs_gloo"], run["prediction_error"]
+    error = run["prediction_error"]
     return (*key_cells(run), span(run["step"]), span(run["exposed"]), number(run["predicted_exposed_ms"]),
-            "-" if error is None else f"{error * 100:+.0f}%" + (" in" if run["prediction_within"] else ""),
-            span(ratio, "x") + (" tie" if ratio and ratio["verdict"] == "tie" else ""))
+            "-" if error is None else f"{error * 100:+.0f}%" + (" in" if run["prediction_within"] else ""))
 
 
 def part_cells(run):
@@ -452,7 +452,8 @@ def check_cells(run):
     params = "same" if run["params_identical"] else ("differ" if run["algorithm"] == NOOP else "WRONG")
     held = "-" if memory["vs_ddp"] is None else f"{significant(memory['vs_ddp'])} ({significant(memory['expected'])})"
     sizes = (f"{memory[k] / (1 << 20):.2f}" for k in ("parameters", "gradients", "optimizer"))
-    return (*key_cells(run), number(run["step_p95_ms"]), *sizes, held, params, "-" if rel is None else f"{rel:.1e}")
+    return (*key_cells(run), gloo_ratio_cell(run["exposed_vs_gloo"]), number(run["step_p95_ms"]), *sizes, held, params,
+            "-" if rel is None else f"{rel:.1e}")
 
 
 def lines(runs, rounds):
