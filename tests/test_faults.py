@@ -115,19 +115,21 @@ def test_a_signal_ends_every_rank_at_each_thread_level(tmp_path, level, wait, ra
     """SIGTERM to rank 1 while every main thread waits. Below MPI_THREAD_MULTIPLE no thread but
     the main one calls MPI: the script's COMM_WORLD notes which thread of which rank called
     MPI_Abort (MPICH's own "Abort(" line is lost when mpiexec tears the job down first). A rank
-    that ends alone leaves its exit status to mpiexec, which reports it at 2 ranks on a node (with
-    more, its own SIGKILL of the others may show instead: docs/benchmark.md), so those cases run 2."""
+    that ends alone leaves its exit status to mpiexec, which mostly reports it at 2 ranks on a node,
+    so those cases run 2; where mpiexec's own SIGKILL of the other rank is reaped first, it reports
+    9 with its BAD TERMINATION banner instead (docs/benchmark.md), seen on loaded machines."""
     aborts = tmp_path / "aborts.txt"
     job = Job(tmp_path, [END_IN_MPI], ranks=ranks, env={"LEVEL": level, "WAIT": wait, "ABORT_LOG": str(aborts)})
     job.wait_until(lambda: len(job.rank_pids()) == ranks)
     assert f"at MPI_THREAD_{level.upper()}" in job.stdout()
     os.kill(job.rank_pids()[1], signal.SIGTERM)
     code, seconds = job.end(timeout=30)
-    assert code == 143 and seconds < END_BOUND, job.stderr()
+    killed_first = aborter is None and code == 9  # mpiexec's SIGKILL of rank 0 reaped before rank 1's 143
+    assert (code == 143 or killed_first) and seconds < END_BOUND, (code, job.stderr())
     assert "end_in_mpi: rank 1: interrupted by SIGTERM; ending every rank" in job.stderr()
     called = aborts.read_text().splitlines() if aborts.exists() else []
     assert called == ([f"rank 1: {aborter}"] if aborter else []), job.stderr()
-    assert "Traceback" not in job.stderr() and "BAD TERMINATION" not in job.stdout()
+    assert "Traceback" not in job.stderr() and ("BAD TERMINATION" in job.stdout()) <= killed_first
 
 
 def run_tool_at_its_level(tmp_path, *argv):
