@@ -8,6 +8,7 @@ whose parameters differ (exit 1), bad flags (one line, exit 2 on every rank), Py
 target and tie rules on synthetic values; the overlapping hook's refusal below
 MPI_THREAD_SERIALIZED."""
 
+import itertools
 import json
 import math
 import os
@@ -23,7 +24,7 @@ from bench.baselines.gloo import problem as gloo_problem
 from bench.formats.stats import Interval, paired_ratio, verdict
 from bench.tools.scaling import exposed_time
 from bench.tools.step_model import exposed_after
-from bench.tools.train import hook_target
+from bench.tools.train import CHECKS, TIMES, hook_target
 
 needs_torch = pytest.mark.skipif(gloo_problem() is not None, reason=gloo_problem() or "")
 
@@ -44,15 +45,26 @@ def train(ranks, tmp_path, *args, env=None, timeout=300):
     return proc, (json.loads(document.read_text()) if document.exists() else None)
 
 
+def table_cells(text, keys=3):
+    """{key cells: {column: cell}} of every table in ``text``, the tables a wide one was split into
+    put together: a table is a "# " header line, its "# " units line, then its rows ("  "); a
+    row's cells are two or more spaces apart (an interval, "1.2 [1.1, 1.3]", holds single ones),
+    its first ``keys`` cells name it. Every line within 120 columns (tables split to fit)."""
+    found, lines = {}, text.splitlines()
+    assert max(map(len, lines)) <= 120
+    for i, line in enumerate(lines):
+        if line.startswith("  ") and i >= 2 and not lines[i - 1].startswith("  "):
+            header = re.split(r"\s{2,}", lines[i - 2][2:].strip())
+            for row in itertools.takewhile(lambda l: l.startswith("  "), lines[i:]):
+                cells = re.split(r"\s{2,}", row.strip())
+                assert len(cells) == len(header), (header, cells)
+                found.setdefault(tuple(cells[:keys]), {}).update(zip(header[keys:], cells[keys:]))
+    return found
+
+
 def rows(text):
-    """({(label, bucket, dtype): cells} of the table of times, the same of the second table): a
-    row's cells are two or more spaces apart (an interval, "1.2 [1.1, 1.3]", holds single ones)."""
-    times, checks = {}, {}
-    for line in text.splitlines():
-        cells = re.split(r"\s{2,}", line.strip())
-        if line.startswith("  ") and len(cells) in (7, 10):
-            (times if len(cells) == 7 else checks)[cells[0], cells[1], cells[2]] = cells
-    return times, checks
+    """{(label, bucket, dtype): {column: cell}} of DDP's tables (before FSDP's section)."""
+    return table_cells(text.split("# FSDP (", 1)[0])
 
 
 def label(run):
@@ -168,8 +180,9 @@ def test_two_ranks_table_and_document(two_ranks):
     assert len(runs) == 2 * 2 * 6
     assert [r["algorithm"] for r in runs[:6]] == ["noop", "gloo", "auto", "auto", "ring", "ring"]
     check_rounds(document)
-    times, checks = rows(proc.stdout)
-    assert len(times) == len(checks) == len(runs)
+    table = rows(proc.stdout)
+    assert len(table) == len(runs)
+    assert all(set(cells) == set(TIMES[3:] + CHECKS[3:]) for cells in table.values())
     for run in runs:
         assert KEYS <= set(run), KEYS - set(run)
         itemsize = 4 if run["dtype"] == "fp32" else 2
@@ -178,25 +191,27 @@ def test_two_ranks_table_and_document(two_ranks):
         assert run["step_p95_ms"] == sorted(every)[-(-len(every) * 95 // 100) - 1] > 0 and run["compute_ms"] > 0
         assert run["model_step_ms"] >= run["compute_ms"]
         key = label(run), f"{run['bucket_mb']:g}", run["dtype"]
-        cells, more = times[key], checks[key]
-        for cell, name in zip(cells[3:5], ("step", "exposed")):  # 3 significant digits
+        cells = table[key]
+        for name in ("step", "exposed"):  # 3 significant digits
+            cell = cells[name]
             figure = run[name]
             assert cell_figure(cell) == pytest.approx([figure["median"], figure["ci_low"], figure["ci_high"]],
                                                       rel=6e-3, abs=1e-9), (key, name)
-        assert cells[5] == ("-" if run["predicted_exposed_ms"] is None else f"{run['predicted_exposed_ms']:.1f}")
+        predicted = run["predicted_exposed_ms"]
+        assert cells["predicted"] == ("-" if predicted is None else f"{predicted:.1f}")
         error = run["prediction_error"]
-        assert cells[6] == "-" if error is None else cells[6] == f"{error * 100:+.0f}%" + (
+        assert cells["error"] == "-" if error is None else cells["error"] == f"{error * 100:+.0f}%" + (
             " in" if run["prediction_within"] else "")
-        ratio = run["exposed_vs_gloo"]
-        assert more[3] == "-" if ratio is None else more[3].endswith(" tie") == (ratio["verdict"] == "tie")
+        ratio, cell = run["exposed_vs_gloo"], cells["exposed/gloo"]
+        assert cell == "-" if ratio is None else cell.endswith(" tie") == (ratio["verdict"] == "tie")
         if ratio is not None:
-            assert cell_figure(more[3].removesuffix(" tie")) == pytest.approx([ratio["median"], ratio["ci_low"], ratio["ci_high"]],
+            assert cell_figure(cell.removesuffix(" tie")) == pytest.approx([ratio["median"], ratio["ci_low"], ratio["ci_high"]],
                                                           rel=6e-3, abs=1e-9)
         if run["algorithm"] == "noop":
-            assert run["params_identical"] is False and more[8] == "differ"  # each rank its own gradients
+            assert run["params_identical"] is False and cells["params"] == "differ"  # each rank its own gradients
             assert run["busbw"] is None and run["model_step_ms"] == run["compute_ms"] == run["step_ms"]
             continue
-        assert run["params_identical"] is True and more[8] == "same"
+        assert run["params_identical"] is True and cells["params"] == "same"
         assert run["busbw"] > 0 and all(b["allreduce_ms"] > 0 for b in run["buckets"])
         if run["algorithm"] != "gloo":  # at 2 ranks dividing by 2 is exact: gloo's bits exactly
             assert run["vs_gloo_max_rel_diff"] == 0.0 and run["overlap_reached"] is not None
@@ -335,10 +350,10 @@ def test_an_all_reducing_run_whose_parameters_differ_exits_1(tmp_path):
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert [r["params_identical"] for r in document["runs"]] == [False, False, False]
     assert document["complete"] and document["wrong"] == ["gloo (25 MiB, fp32)", "ring (25 MiB, fp32)"]
-    checks = rows(proc.stdout)[1]
-    assert [checks[a, "25", "fp32"][8] for a in ("noop", "gloo", "ring")] == ["differ", "WRONG", "WRONG"]
+    table = rows(proc.stdout)
+    assert [table[a, "25", "fp32"]["params"] for a in ("noop", "gloo", "ring")] == ["differ", "WRONG", "WRONG"]
     errors = [line for line in proc.stderr.splitlines() if "error" in line]
-    assert errors == ["python -m bench train: error: parameters differ across ranks after all-reducing: "
+    assert errors == ["python -m bench train: error: parameters differ across ranks after the steps: "
                       "gloo (25 MiB, fp32), ring (25 MiB, fp32)"]
     assert "bit for bit the same" not in proc.stdout
 
@@ -463,3 +478,20 @@ def test_scaling_takes_its_inputs_from_bench_train(two_ranks):
     neither = subprocess.run([sys.executable, "-m", "bench", "scaling"], cwd=ROOT, capture_output=True, text=True,
                              timeout=60)
     assert neither.returncode == 2 and "needs --params and --compute-time, or --train FILE" in neither.stderr
+
+
+def test_a_wide_table_splits_into_tables_that_fit():
+    """Columns past the width go into further tables, each led by the key columns; read back, the
+    cells are the rows' (an independent parse: table_cells), and a narrow table stays one."""
+    from bench.tools.train_figures import table_lines
+    columns = ("name", "kind", *(f"c{i}" for i in range(12)))
+    units = ("", "", *("(ms)" for _ in range(12)))
+    rows = [(f"run{r}", "x", *(f"{r}.{i} [{r}.{i}, 1{r}.{i}]" for i in range(12))) for r in range(3)]
+    made = table_lines(columns, units, rows, keys=2, width=80)
+    assert max(map(len, made)) <= 80 and made.count("#") >= 2
+    headers = [line.split()[1:] for line in made if line.startswith("# name")]
+    assert len(headers) == made.count("#") + 1 and all(h[:2] == ["name", "kind"] for h in headers)
+    assert [c for h in headers for c in h[2:]] == list(columns[2:])
+    back = table_cells("\n".join(made), keys=2)
+    assert back == {(row[0], row[1]): dict(zip(columns[2:], row[2:])) for row in rows}
+    assert "#" not in table_lines(columns[:4], units[:4], [row[:4] for row in rows], keys=2, width=80)

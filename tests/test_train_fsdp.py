@@ -11,7 +11,7 @@ import statistics
 
 import pytest
 from conftest import run_mpi
-from test_train import cell_figure, check_figure
+from test_train import cell_figure, check_figure, table_cells
 
 import algorithms
 
@@ -134,24 +134,28 @@ def test_fsdp_memory_and_parameters(fsdp):
         else:
             assert run["params_identical"] is True and run["vs_ddp_max_rel_diff"] <= 1e-6
     assert document["wrong"] == []
-    times, parts, checks = fsdp_rows(proc.stdout)
+    from bench.tools.train_fsdp import CHECKS, PARTS_COLUMNS, TIMES  # torch's
+
+    table = fsdp_rows(proc.stdout)
     keys = sorted((label(r), "on" if r["reshard_after_forward"] else "off") for r in document["fsdp_runs"])
-    assert sorted(times) == sorted(parts) == sorted(checks) == keys
+    assert sorted(table) == keys
     for run in document["fsdp_runs"]:
-        key = label(run), "on" if run["reshard_after_forward"] else "off"
-        assert checks[key][8] == "0.500 (0.500)"
-        assert checks[key][9] == ("differ" if run["algorithm"] == "noop" else "same")
+        cells = table[label(run), "on" if run["reshard_after_forward"] else "off"]
+        assert set(cells) == set(TIMES[3:] + PARTS_COLUMNS[3:] + CHECKS[3:])
+        assert cells["held/ddp"] == "0.500 (0.500)"
+        assert cells["params"] == ("differ" if run["algorithm"] == "noop" else "same")
         ratio = run["exposed_vs_gloo"]
-        assert checks[key][3] == "-" if ratio is None else checks[key][3].endswith(" tie") == (ratio["verdict"] == "tie")
+        assert cells["exposed/gloo"] == "-" if ratio is None else (
+            cells["exposed/gloo"].endswith(" tie") == (ratio["verdict"] == "tie"))
         if ratio is not None:
-            assert cell_figure(checks[key][3].removesuffix(" tie")) == pytest.approx(
-                [ratio["median"], ratio["ci_low"], ratio["ci_high"]], rel=6e-3, abs=1e-9), key
-        for cell, figure in ((times[key][3], run["step"]), (times[key][4], run["exposed"]),
-                             (parts[key][3], run["exposed_all_gather"]["forward"]),
-                             (parts[key][4], run["exposed_all_gather"]["backward"]),
-                             (parts[key][5], run["exposed_reduce_scatter"])):  # 3 significant digits
-            assert cell_figure(cell) == pytest.approx([figure["median"], figure["ci_low"], figure["ci_high"]],
-                                                      rel=6e-3, abs=1e-9), key
+            assert cell_figure(cells["exposed/gloo"].removesuffix(" tie")) == pytest.approx(
+                [ratio["median"], ratio["ci_low"], ratio["ci_high"]], rel=6e-3, abs=1e-9), cells
+        for name, figure in (("step", run["step"]), ("exposed", run["exposed"]),
+                             ("AG fwd", run["exposed_all_gather"]["forward"]),
+                             ("AG bwd", run["exposed_all_gather"]["backward"]),
+                             ("RS", run["exposed_reduce_scatter"])):  # 3 significant digits
+            assert cell_figure(cells[name]) == pytest.approx([figure["median"], figure["ci_low"], figure["ci_high"]],
+                                                             rel=6e-3, abs=1e-9), (name, cells)
     assert max(len(line) for line in proc.stdout.splitlines()) <= 120
 
 
@@ -181,20 +185,9 @@ def test_fsdp_prediction_from_the_noop_profile(fsdp):
 
 
 def fsdp_rows(text):
-    """({(label, reshard): cells} of the FSDP tables of times (7 cells), of exposed parts (7) and of
-    the ratio to gloo, memory and parameters (11), in the order printed."""
-    tables, block = [], None
-    for line in text.split("# FSDP (", 1)[1].splitlines():
-        if not line.startswith("  "):
-            block = None
-            continue
-        if block is None:
-            block = {}
-            tables.append(block)
-        cells = re.split(r"\s{2,}", line.strip())
-        block[cells[0], cells[2]] = cells
-    assert [len(next(iter(t.values()))) for t in tables] == [7, 7, 11]
-    return tables
+    """{(label, reshard): {column: cell}} of the FSDP section's tables (times, exposed parts, and
+    the ratio to gloo, memory and parameters)."""
+    return {(cells[0], cells[2]): columns for cells, columns in table_cells(text.split("# FSDP (", 1)[1]).items()}
 
 
 @pytest.mark.parametrize("args,message", [

@@ -584,7 +584,7 @@ def main(argv=None):
             fsdp_plot(doc, fsdp_path(args.plot))
             print(f"# wrote {fsdp_path(args.plot)}")
         if doc["wrong"]:
-            sys.stderr.write(f"{PROG}: error: parameters differ across ranks after all-reducing: "
+            sys.stderr.write(f"{PROG}: error: parameters differ across ranks after the steps: "
                              f"{', '.join(doc['wrong'])}\n")
             sys.stderr.flush()
     return 1 if doc["wrong"] else 0

@@ -6,15 +6,31 @@ from ..formats import stats
 from ..formats.tables import significant
 
 
-def table_lines(columns, units, rows):
+def table_lines(columns, units, rows, keys=3, width=120):
     """A table: the header and units as "# " lines, then a line a row ("  "), every column as wide
-    as its widest cell, the first aligned left and the others right."""
+    as its widest cell, the first aligned left and the others right. Where a line would pass
+    ``width`` columns, the columns after the first ``keys`` go into as many tables as they need,
+    one after another ("#" between), each starting with those ``keys`` columns."""
     widths = [max(len(cell) for cell in column) for column in zip(columns, units, *rows)]
 
-    def line(cells, lead):
-        return lead + "  ".join(f"{c:<{w}}" if i == 0 else f"{c:>{w}}"
-                                for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-    return [line(columns, "# "), line(units, "# "), *(line(row, "  ") for row in rows)]
+    def line(cells, lead, picked):
+        return lead + "  ".join(f"{cells[i]:<{widths[i]}}" if i == 0 else f"{cells[i]:>{widths[i]}}"
+                                for i in picked).rstrip()
+
+    key_width = 2 + sum(widths[:keys]) + 2 * max(keys - 1, 0)
+    groups, used = [[]], key_width
+    for i in range(keys, len(columns)):
+        if groups[-1] and used + 2 + widths[i] > width:
+            groups.append([])
+            used = key_width
+        groups[-1].append(i)
+        used += 2 + widths[i]
+    made = []
+    for group in groups:
+        picked = [*range(keys), *group]
+        made += (["#"] if made else []) + [line(columns, "# ", picked), line(units, "# ", picked),
+                                           *(line(row, "  ", picked) for row in rows)]
+    return made
 
 
 def mib(nbytes):

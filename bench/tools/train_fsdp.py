@@ -413,10 +413,10 @@ def finish(comm, configs, entries_made, runs, ddp_runs, places):
 
 TIMES = ("fsdp", "dtype", "reshard", "step", "exposed", "predicted", "error")
 TIMES_UNITS = ("", "", "", "(ms)", "(ms)", "(ms)", "")
-PARTS_COLUMNS = ("fsdp", "dtype", "reshard", "AG fwd", "AG bwd", "RS", "predicted")
+PARTS_COLUMNS = ("fsdp", "dtype", "reshard", "AG fwd", "AG bwd", "RS", "predicted parts")
 PARTS_UNITS = ("", "", "", "(ms)", "(ms)", "(ms)", "(ms: AG fwd, bwd, RS)")
-CHECKS = ("fsdp", "dtype", "reshard", "exposed/gloo", "p95", "params", "grads", "optimizer", "held/ddp", "params",
-          "vs ddp")
+CHECKS = ("fsdp", "dtype", "reshard", "exposed/gloo", "p95", "param mem", "grad mem", "optim mem", "held/ddp",
+          "params", "vs ddp")
 CHECKS_UNITS = ("", "", "", "", "(ms)", "(MiB)", "(MiB)", "(MiB)", "(1/N)", "", "")
 
 
