@@ -12,8 +12,10 @@
 ``algorithms.HALVES["all_gather"]`` / ``["reduce_scatter"]`` (``"auto"`` included); ``comm=None``
 is ``MPI.COMM_WORLD``, whose ranks must be the FSDP group's (checked at each call). FSDP still
 needs its process group (gloo) for its own bookkeeping; the parameters and gradients travel here.
-They move contiguous CPU tensors of float32, bfloat16, float16 and float64 as NumPy views of the
-same memory (:func:`algorithms.torch_shared.as_numpy`); another dtype raises ``TypeError``.
+They take contiguous CPU tensors as NumPy views of the same memory: the all-gather moves any
+dtype's bytes (:func:`algorithms.torch_shared.as_bytes`; FSDP all-gathers ``uint8`` where a
+unit's shards mix dtypes: frozen parameters of another dtype beside the trained ones), the reduce-scatter sums float32, bfloat16, float16 and float64
+(:func:`algorithms.torch_shared.as_numpy`; another dtype raises ``TypeError``).
 
 How FSDP2 calls them (PyTorch 2.13, CPU), N ranks:
 
@@ -71,7 +73,7 @@ from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather as _FsdpAllG
 from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter as _FsdpReduceScatter
 
 from .collectives import HALVES, all_gather, reduce_scatter
-from .torch_shared import CommThread, _perf_counter, as_numpy
+from .torch_shared import CommThread, _perf_counter, as_bytes, as_numpy
 
 _RedOp = dist.ReduceOp.RedOpType
 #: torch's reduce op -> ours (PREMUL_SUM: a sum of the inputs times its factor)
@@ -208,8 +210,8 @@ class _Comm:
                              f"so that they divide): {elements} elements do not divide over {size} ranks")
         return rank, size
 
-    def _record(self, vector, called):
-        record = CommCall(self.KIND, vector.nbytes, vector.dtype.name, called)
+    def _record(self, tensor, called):
+        record = CommCall(self.KIND, tensor.nbytes, str(tensor.dtype).removeprefix("torch."), called)
         self.calls.append(record)
         return record
 
@@ -248,15 +250,15 @@ class AllGather(_Comm, _FsdpAllGather):
 
     def __call__(self, output_tensor, input_tensor, group, async_op=False):
         called = _perf_counter()
-        whole = as_numpy(output_tensor)
-        rank, size = self._place(group, whole.size)
-        if input_tensor.dtype != output_tensor.dtype or input_tensor.numel() * size != whole.size:
+        whole = as_bytes(output_tensor)  # moved as bytes: N equal shards of bytes are N equal shards
+        rank, size = self._place(group, output_tensor.numel())
+        if input_tensor.dtype != output_tensor.dtype or input_tensor.numel() * size != output_tensor.numel():
             raise ValueError(f"the all-gather's input ({input_tensor.numel()} of {input_tensor.dtype}) is not one "
-                             f"of {size} shards of its output ({whole.size} of {output_tensor.dtype})")
-        shard = whole[rank * input_tensor.numel():][:input_tensor.numel()]
+                             f"of {size} shards of its output ({output_tensor.numel()} of {output_tensor.dtype})")
+        shard = whole[rank * input_tensor.nbytes:][:input_tensor.nbytes]
         if input_tensor.numel() and input_tensor.data_ptr() != shard.ctypes.data:
-            np.copyto(shard, as_numpy(input_tensor))  # not FSDP's own in-place input
-        record = self._record(whole, called)
+            np.copyto(shard, as_bytes(input_tensor))  # not FSDP's own in-place input
+        record = self._record(output_tensor, called)
         return self._launch(record, lambda: all_gather(whole, algorithm=self.algorithm, comm=self.comm,
                                                        check=self.check, bandwidth=self.bandwidth),
                             output_tensor, async_op)
@@ -277,7 +279,7 @@ class ReduceScatter(_Comm, _FsdpReduceScatter):
         if src.dtype != result.dtype or result.size * size != src.size:
             raise ValueError(f"the reduce-scatter's output ({result.size} of {output_tensor.dtype}) is not one of "
                              f"{size} shards of its input ({src.size} of {input_tensor.dtype})")
-        record = self._record(src, called)
+        record = self._record(input_tensor, called)
         if factor is not None:  # PREMUL_SUM: the inputs times the factor, in the dtype, then summed
             src = as_numpy(torch.mul(input_tensor.detach().reshape(-1), factor))
         return self._launch(record, lambda: reduce_scatter(src, result, op=ours, algorithm=self.algorithm,

@@ -45,6 +45,25 @@ def as_numpy(tensor):
     return array
 
 
+def as_bytes(tensor):
+    """A 1-D NumPy ``uint8`` vector of ``tensor``'s bytes (a contiguous CPU tensor of any dtype),
+    sharing its memory: what a collective that only moves data (an all-gather) needs; FSDP
+    all-gathers ``uint8`` itself where a unit's shards mix dtypes. ``TypeError`` for a
+    tensor elsewhere or strided."""
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"expected a torch.Tensor, got {type(tensor).__name__}")
+    if not tensor.is_cpu or not tensor.is_contiguous():
+        raise TypeError(f"algorithms.torch moves contiguous CPU tensors; got a {'strided' if tensor.is_cpu else ''} "
+                        f"tensor on {tensor.device}")
+    flat = tensor.detach().reshape(-1)
+    if flat.numel() <= 1:  # contiguous whatever its stride says
+        flat = flat.as_strided((flat.numel(),), (1,))
+    array = (flat if flat.dtype == torch.uint8 else flat.view(torch.uint8)).numpy()
+    if array.ctypes.data != tensor.data_ptr() and tensor.numel():
+        raise RuntimeError("the NumPy view of the tensor does not share its memory")  # never expected
+    return array
+
+
 class CommThread:
     """One communication thread: it runs the jobs handed to :meth:`submit` one at a time, in
     the order handed over (a queue), so the collectives they run keep the caller's order, the

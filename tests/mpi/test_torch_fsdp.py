@@ -179,6 +179,71 @@ def test_all_gather_as_fsdp_calls_it(dtype, overlap, async_op, in_place, comm):
                                                                       overlap and async_op)
 
 
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int32, torch.float8_e4m3fn], ids=str)
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlap"])
+def test_all_gather_moves_any_dtype(dtype, overlap, comm):
+    """The all-gather moves bytes: FSDP's own uint8 (parameters of mixed dtypes), and any other
+    dtype, against MPI's Allgather of the same bytes; 0-255 patterns that differ by rank."""
+    rank, size, per = comm.rank, comm.size, 29
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    mine = ((np.arange(per * itemsize) * 7 + 31 * rank) % 256).astype(np.uint8)
+    expected = np.empty(per * itemsize * size, dtype=np.uint8)
+    comm.Allgather(mine, expected)
+    output = torch.zeros(per * size, dtype=dtype)
+    input_tensor = torch.from_numpy(mine.copy()).view(dtype)
+    with art.AllGather("ring", overlap=overlap) as ag:
+        ag(output_tensor=output, input_tensor=input_tensor, group=dist.group.WORLD)
+        [call] = ag.take()
+    assert np.array_equal(output.view(torch.uint8).numpy(), expected)
+    assert (call.nbytes, call.dtype) == (output.nbytes, str(dtype).removeprefix("torch."))
+
+
+class MixedDtypes(torch.nn.Module):
+    """A trained fp32 layer and a frozen bf16 one in one FSDP unit (FSDP wants one dtype of the
+    trained parameters only): FSDP all-gathers their shards together as uint8."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(11)
+        self.first = torch.nn.Linear(WIDTH, WIDTH)
+        self.second = torch.nn.Linear(WIDTH, WIDTH).to(torch.bfloat16).requires_grad_(False)
+
+    def forward(self, x):
+        return self.second(torch.relu(self.first(x)).to(torch.bfloat16)).float()
+
+
+def train_mixed(algorithm):
+    """The full parameters after ``STEPS`` SGD steps of :class:`MixedDtypes`, and each collective's
+    kind and dtype (with ``algorithm``)."""
+    model = MixedDtypes()
+    fully_shard(model)
+    comms = art.shard_with(model, algorithm) if algorithm else ()
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    generator = torch.Generator().manual_seed(300 + MPI.COMM_WORLD.rank)
+    for _ in range(STEPS):
+        x, y = (torch.randn(BATCH, WIDTH, generator=generator) for _ in range(2))
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    kinds = {(call.kind, call.dtype) for c in comms for call in c.take()}
+    for c in comms:
+        c.close()
+    return [p.full_tensor().detach().clone() for p in model.parameters()], kinds
+
+
+def test_mixed_dtypes_in_one_unit_match_fsdp_over_gloo(comm):
+    ours, kinds = train_mixed("ring")
+    reference, _ = train_mixed(None)
+    assert len(set(comm.allgather(digest(ours)))) == 1, "parameters differ across ranks"
+    assert [p.dtype for p in ours] == [torch.float32] * 2 + [torch.bfloat16] * 2
+    if comm.size > 1:
+        assert kinds == {("all_gather", "uint8"), ("reduce_scatter", "float32")}
+    relative = diffs(ours, reference)[1]
+    assert relative <= TOLERANCE[torch.bfloat16], relative
+    if comm.size <= 2:
+        assert digest(ours) == digest(reference)
+
+
 @pytest.mark.parametrize("dtype", list(TORCH))
 @pytest.mark.parametrize("op", ["SUM", "AVG", "PREMUL_SUM", "MAX"])
 @pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlap"])
@@ -221,7 +286,9 @@ def test_what_they_refuse(comm):
     with pytest.raises(ValueError, match="runs SUM, AVG"):
         rs(torch.zeros(1), torch.zeros(size), group, ReduceOp.BAND)
     with pytest.raises(TypeError, match="int32"):
-        ag(torch.zeros(size, dtype=torch.int32), torch.zeros(1, dtype=torch.int32), group)
+        rs(torch.zeros(1, dtype=torch.int32), torch.zeros(size, dtype=torch.int32), group, ReduceOp.SUM)
+    with pytest.raises(TypeError, match="strided"):
+        ag(torch.zeros(4 * size)[::2], torch.zeros(2), group)
     if size > 1:
         with pytest.raises(ValueError, match="FSDP's group is rank"):
             art.AllGather(comm=MPI.COMM_SELF)(torch.zeros(size), torch.zeros(1), group)
