@@ -42,6 +42,8 @@ class Algorithm:
       starts from ``whole`` holding this rank's chunk at its place and leaves it whole.
     * ``reduce_scatter_schedule(model, nbytes)`` and ``all_gather_schedule(model, nbytes)``: how
       each half runs for the cost model, ``nbytes`` the whole vector (nccl-tests' size).
+    * ``halves_take_no_plan``: its halves use nothing ``prepare`` makes (hier: rings across nodes
+      whatever ``ALLREDUCE_HIER_ACROSS``), so they need no ``bandwidth=``; one given is checked.
     """
 
     name: str
@@ -61,6 +63,7 @@ class Algorithm:
     all_gather: Optional[Callable] = None
     reduce_scatter_schedule: Optional[Callable] = None
     all_gather_schedule: Optional[Callable] = None
+    halves_take_no_plan: bool = False
 
     def runs(self, collective):
         """Whether it runs ``collective`` ("allreduce", "reduce_scatter" or "all_gather")."""
@@ -70,9 +73,11 @@ class Algorithm:
         """Its cost schedule for ``collective``, or None."""
         return self.schedule if collective == "allreduce" else getattr(self, f"{collective}_schedule")
 
-    def wants_bandwidth(self):
-        """Whether it builds what it runs on from a bandwidth matrix as things stand: the matched
-        trees, bamring, and hier with ``ALLREDUCE_HIER_ACROSS=bamtree``."""
+    def wants_bandwidth(self, collective="allreduce"):
+        """Whether it builds what it runs ``collective`` on from a bandwidth matrix as things stand:
+        the matched trees, bamring, and hier's all-reduce with ``ALLREDUCE_HIER_ACROSS=bamtree``."""
+        if collective != "allreduce" and self.halves_take_no_plan:
+            return False
         if self.tree_method is not None:
             return self.tree_method != "binomial"
         return self.needs_bandwidth()

@@ -44,7 +44,7 @@ def candidates(collective="allreduce"):
     """The registry's algorithms auto may choose for ``collective`` ("allreduce", "reduce_scatter",
     "all_gather"): those that run it and need no bandwidth matrix or tree, native MPI among them."""
     return [name for name, algorithm in REGISTERED.items()
-            if algorithm.runs(collective) and not algorithm.wants_bandwidth()]
+            if algorithm.runs(collective) and not algorithm.wants_bandwidth(collective)]
 
 
 def load_table(path):

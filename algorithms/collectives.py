@@ -206,9 +206,13 @@ def _half_plan(collective, algorithm, size, bandwidth):
     if algorithm not in HALVES[collective]:
         raise ValueError(f"algorithm {algorithm!r} has no {collective.replace('_', '-')} of its own; "
                          f"choices: {', '.join(HALVES[collective])}")
-    prepare = ALGORITHMS[algorithm].prepare
-    if prepare is not None:
-        return prepare(size, None, bandwidth, algorithm)
+    chosen = ALGORITHMS[algorithm]
+    if chosen.prepare is not None and chosen.halves_take_no_plan:
+        if bandwidth is not None:  # checked as the all-reduce checks it, then unused
+            chosen.prepare(size, None, bandwidth, algorithm)
+        return None
+    if chosen.prepare is not None:
+        return chosen.prepare(size, None, bandwidth, algorithm)
     if bandwidth is not None:
         raise ValueError(f"algorithm {algorithm!r} takes no bandwidth")
     return None

@@ -345,7 +345,7 @@ def reduce_scatter(coll, src, partial, result, plan=None):
     on the node's communicator) leaving each local rank its pieces reduced over the node, then each
     owned piece's reduce-scatter across the nodes on its owners' communicator, in increasing order
     (as the all-reduce's shards: no cycle of waits), leaving each rank its own slot reduced over
-    every rank. ``plan`` (bandwidth= with bamtree across) is not used: rings run across."""
+    every rank. Rings run across nodes whatever ``ALLREDUCE_HIER_ACROSS`` (no ``plan``)."""
     layout = coll.private.resource(RESOURCE, Layout)
     if _halves_run_flat(layout):
         ring.reduce_scatter(coll, src, partial, result)
@@ -534,4 +534,5 @@ def _between_nodes(model, groups):
 ALGORITHM = Algorithm("hier", allreduce, schedule=schedule, prepare=prepare,
                       needs_bandwidth=lambda: setting("ALLREDUCE_HIER_ACROSS") == "bamtree",
                       reduce_scatter=reduce_scatter, all_gather=all_gather,
-                      reduce_scatter_schedule=half_schedule, all_gather_schedule=half_schedule)
+                      reduce_scatter_schedule=half_schedule, all_gather_schedule=half_schedule,
+                      halves_take_no_plan=True)

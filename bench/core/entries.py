@@ -23,11 +23,13 @@ class Entry:
     name: str
     algorithm: Optional[algorithms.Algorithm] = None
     baseline: Optional[Any] = None
+    collective: str = "allreduce"  # algorithms' name of what it runs: "allreduce", "reduce_scatter", "all_gather"
 
     @property
     def needs_topology(self):
-        """Whether it cannot run without a bandwidth matrix (bamtree, kmtree, bamring, hier across a BAM tree)."""
-        return self.algorithm is not None and self.algorithm.wants_bandwidth()
+        """Whether it cannot run without a bandwidth matrix (bamtree, kmtree, bamring, hier's
+        all-reduce across a BAM tree)."""
+        return self.algorithm is not None and self.algorithm.wants_bandwidth(self.collective)
 
     @property
     def uses_topology(self):
@@ -69,7 +71,7 @@ class Entry:
 def entries(spec):
     """{name: :class:`Entry`} of every name ``--algo`` takes for collective ``spec``: ours, then
     each baseline's (its variants included: ``mpi:NAME``), in the order ``--help`` lists them."""
-    found = {name: Entry(name, algorithm=algorithms.ALGORITHMS[name]) for name in spec.ours}
+    found = {name: Entry(name, algorithm=algorithms.ALGORITHMS[name], collective=spec.half) for name in spec.ours}
     for baseline in BASELINES:
         found.update({name: Entry(name, baseline=baseline) for name in baseline.names(spec.name)})
     return found

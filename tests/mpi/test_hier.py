@@ -328,3 +328,30 @@ def test_bamtree_needs_bandwidth_and_ring_takes_none(comm):
         dup.Free()
     one_message_everywhere(comm, ValueError, "algorithm 'hier' takes no tree",
                            lambda: algorithms.allreduce(x, y, algorithm="hier", tree=binomial_tree(comm.size)))
+
+
+def test_the_halves_under_bamtree_need_no_bandwidth(comm):
+    """With ALLREDUCE_HIER_ACROSS=bamtree only the all-reduce builds a tree across nodes: the
+    halves run rings there, so they take no bandwidth= (one given is checked, then unused), reduce
+    and gather as NumPy does either way, and auto may choose hier for them."""
+    count = 4 * comm.size + 3
+    offsets = algorithms.chunk_offsets(count, comm.size)
+    mine = slice(offsets[comm.rank], offsets[comm.rank + 1])
+    x = rank_input("float64", "sum", count, comm.rank, comm.size)
+    reduced = numpy_reference("float64", "sum", count, comm.size)
+    dup = comm.Dup()
+    with environment(ALLREDUCE_HIER_ACROSS="bamtree"):
+        hier = algorithms.ALGORITHMS["hier"]
+        assert hier.wants_bandwidth() and not hier.wants_bandwidth("reduce_scatter")
+        assert not hier.wants_bandwidth("all_gather") and "hier" in algorithms.auto.candidates("all_gather")
+        for kwargs in ({}, {"bandwidth": random_heterogeneous(comm.size, seed=3).bandwidth}):
+            out = algorithms.reduce_scatter(x, np.empty(mine.stop - mine.start), op="sum", algorithm="hier", comm=dup,
+                                            **kwargs)
+            assert wrong_elements(out, reduced[mine]) == 0, kwargs
+            whole = np.zeros(count)
+            whole[mine] = reduced[mine]
+            assert wrong_elements(algorithms.all_gather(whole, algorithm="hier", comm=dup, **kwargs), reduced) == 0
+        wrong_size = random_heterogeneous(comm.size + 1).bandwidth
+        one_message_everywhere(comm, ValueError, f"has {comm.size + 1} ranks, the communicator has {comm.size}",
+                               lambda: algorithms.reduce_scatter(x, algorithm="hier", comm=dup, bandwidth=wrong_size))
+    dup.Free()
