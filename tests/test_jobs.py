@@ -121,22 +121,40 @@ def test_probe_job(slurm, tmp_path):
     assert "level 0: bottleneck" in (results / "tree-bam.txt").read_text()
 
 
-def test_a_job_killed_by_its_time_limit_keeps_finished_sizes(slurm, tmp_path):
-    """Slurm's SIGTERM at the time limit ends every rank (exit 143): the log says so, the log and
-    -J hold the finished sizes, and the script removes the /dev/shm files MPICH left behind.
-    The line that says so is the script's, printed once the launcher has returned: inside an
-    allocation Hydra starts its proxies with srun, which gets the SIGTERM too and kills the step
-    at once ("srun: forcing job termination"), so a rank slowed by load can be killed before its
-    own line ("interrupted by SIGTERM; ending every rank") is written."""
-    results = tmp_path / "killed"
+def test_a_cancelled_job_keeps_finished_sizes(slurm, tmp_path):
+    """``scancel`` ends every rank (exit 143): the log says so, the log and -J hold the finished
+    sizes, and the script removes the /dev/shm files MPICH left behind. Slurm ends a job at its
+    time limit by the same signals (SIGCONT and SIGTERM to every process of the job, SIGKILL after
+    KillWait), so this is also what a time limit does; the limit itself, a minute at the least
+    and checked every 30 s, would cost this suite 60-90 s of waiting. The line that says so is the
+    script's, printed once the launcher has returned: inside an allocation Hydra starts its proxies
+    with srun, which gets the SIGTERM too and kills the step at once ("srun: forcing job
+    termination"), so a rank slowed by load can be killed before its own line ("interrupted by
+    SIGTERM; ending every rank") is written."""
+    results = tmp_path / "cancelled"
+    output = tmp_path / "cancelled.out"
     shm_before = {p for p in os.listdir("/dev/shm") if p.startswith("mpich_shm_")}
-    started = time.monotonic()
-    code, log = sbatch(slurm, "cpu-sweep.sbatch", results, "--ntasks=2", "--time=1", timeout=300,
-                       MIN_BYTES="1K", MAX_BYTES="1G", FACTOR="2", ITERS="2000", WARMUP="1", ALGOS="ring")
-    assert time.monotonic() - started < 290, log[-2000:]
-    assert "DUE TO TIME LIMIT" in log, log[-2000:]  # (sbatch --wait's own exit code is not reliable here)
-    rows = rows_of(results / "sweep.jsonl")  # every line parses: no half-written row
-    assert len(rows) >= 3 and [r["size"] for r in rows[:3]] == [1024, 2048, 4096]
+    job_env = {**slurm, "VENV": str(VENV), "RESULTS": str(results), "MIN_BYTES": "1K", "MAX_BYTES": "1G",
+               "FACTOR": "2", "ITERS": "2000", "WARMUP": "1", "ALGOS": "ring"}
+    submitted = subprocess.run(["sbatch", "--parsable", f"--output={output}", "--ntasks=2",
+                                str(JOBS / "slurm" / "cpu-sweep.sbatch")], cwd=ROOT, env=job_env,
+                               capture_output=True, text=True, timeout=60)
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.strip().split(";")[0]
+    log_rows = results / "sweep.jsonl"
+    deadline = time.monotonic() + 120
+    while not (log_rows.exists() and len(rows_of(log_rows)) >= 4) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    subprocess.run(["scancel", job], env=slurm, check=True, timeout=30)
+    cancelled = time.monotonic()
+    while time.monotonic() - cancelled < 60 and subprocess.run(
+            ["squeue", "-h", "-j", job], env=slurm, capture_output=True, text=True, timeout=30).stdout.strip():
+        time.sleep(0.5)
+    log = output.read_text() if output.exists() else ""
+    assert time.monotonic() - cancelled < 30, log[-2000:]  # KillWait is 5 s
+    assert "CANCELLED" in log, log[-2000:]
+    rows = rows_of(log_rows)  # every line parses: no half-written row
+    assert len(rows) >= 4 and [r["size"] for r in rows[:3]] == [1024, 2048, 4096]
     assert all(r["out_of_place"]["nwrong"] == 0 for r in rows)
     table = [l for l in (results / "sweep.txt").read_text().splitlines() if l and not l.startswith("#")]
     assert len(table) >= len(rows)
