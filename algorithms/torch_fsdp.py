@@ -14,8 +14,9 @@ is ``MPI.COMM_WORLD``, whose ranks must be the FSDP group's (checked at each cal
 needs its process group (gloo) for its own bookkeeping; the parameters and gradients travel here.
 They take contiguous CPU tensors as NumPy views of the same memory: the all-gather moves any
 dtype's bytes (:func:`algorithms.torch_shared.as_bytes`; FSDP all-gathers ``uint8`` where a
-unit's shards mix dtypes: frozen parameters of another dtype beside the trained ones), the reduce-scatter sums float32, bfloat16, float16 and float64
-(:func:`algorithms.torch_shared.as_numpy`; another dtype raises ``TypeError``).
+unit's shards mix dtypes: frozen parameters of another dtype beside the trained ones), the
+reduce-scatter sums float32, bfloat16, float16 and float64 (:func:`algorithms.torch_shared.as_numpy`;
+another dtype raises ``TypeError``).
 
 How FSDP2 calls them (PyTorch 2.13, CPU), N ranks:
 
