@@ -40,18 +40,9 @@ def run_suite(ranks, path, tmp_path, timeout, env=None, select=None):
         assert v["exitstatus"] == 0 and v["failed"] == 0 and v["error"] == 0 and v["passed"] > 0, v
 
 
-#: at 8 ranks (oversubscribed on small machines) the all-reduce on every dtype, but the halves on
-#: fewer: the all-gather moves bytes (the smallest and largest items), the reduce-scatter keeps
-#: one integer of each sign and every float but float16; every dtype runs them at 1, 2, 3 and 5
-HALVES_ON_FEWER_DTYPES = ("not (all_gather and not int8 and not float64)"
-                          " and not (reduce_scatter and (uint16 or uint32 or uint64 or int16 or int32"
-                          " or (float16 and not bfloat16)))")
-
-
 @pytest.mark.parametrize("ranks", RANK_COUNTS)
 def test_correctness_suite(ranks, tmp_path):
-    run_suite(ranks, "tests/mpi/test_correctness.py", tmp_path, timeout=420,
-              select=HALVES_ON_FEWER_DTYPES if ranks == 8 else None)
+    run_suite(ranks, "tests/mpi/test_correctness.py", tmp_path, timeout=420)
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 3])
