@@ -29,6 +29,7 @@ def run_suite(ranks, path, tmp_path, timeout, env=None, select=None):
     reports = tmp_path / "reports"
     reports.mkdir()
     args = ["-m", "mpi4py", "-m", "pytest", "--with-mpi", "-q", "-p", "no:cacheprovider",
+            "-p", "no:hypothesispytest",  # no suite uses it; loading it costs each rank 0.6 s
             "-o", "addopts=", "-W", "error::pytest.PytestUnraisableExceptionWarning", path]
     args += ["-k", select] if select else []
     proc = run_mpi(ranks, args, timeout, {**(env or {}), "MPI_SUITE_REPORT_DIR": str(reports)})
