@@ -182,7 +182,7 @@ def test_all_gather_as_fsdp_calls_it(dtype, overlap, async_op, in_place, comm):
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.int32, torch.float8_e4m3fn], ids=str)
 @pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlap"])
 def test_all_gather_moves_any_dtype(dtype, overlap, comm):
-    """The all-gather moves bytes: FSDP's own uint8 (parameters of mixed dtypes), and any other
+    """The all-gather moves bytes: FSDP's own uint8 (a unit's shards of mixed dtypes), and any other
     dtype, against MPI's Allgather of the same bytes; 0-255 patterns that differ by rank."""
     rank, size, per = comm.rank, comm.size, 29
     itemsize = torch.empty(0, dtype=dtype).element_size()
@@ -239,7 +239,8 @@ def test_mixed_dtypes_in_one_unit_match_fsdp_over_gloo(comm):
     if comm.size > 1:
         assert kinds == {("all_gather", "uint8"), ("reduce_scatter", "float32")}
     relative = diffs(ours, reference)[1]
-    assert relative <= TOLERANCE[torch.bfloat16], relative
+    print(f"{comm.size} ranks, mixed dtypes: max rel diff {relative:.3g}")
+    assert relative <= TOLERANCE[torch.float32], relative
     if comm.size <= 2:
         assert digest(ours) == digest(reference)
 
