@@ -919,3 +919,17 @@ def test_tune_refuses_an_unknown_candidate(tmp_path):
     assert proc.stdout.strip().splitlines() == [
         "python -m bench tune: unknown --algo warp; candidates: " + ",".join(algorithms.auto.candidates())]
     assert not (tmp_path / "t.json").exists()
+
+
+def test_only_hiers_allreduce_needs_a_topology_under_bamtree(monkeypatch):
+    """With ALLREDUCE_HIER_ACROSS=bamtree only hier's all-reduce builds a tree from a bandwidth
+    matrix, so a sweep probes first for it, not for hier's reduce-scatter or all-gather (rings
+    across nodes); bamring's halves keep the ring order they take from the matrix."""
+    from bench.core.collectives import AllGather, AllReduce, ReduceScatter
+    from bench.core.entries import entries
+    monkeypatch.setenv("ALLREDUCE_HIER_ACROSS", "bamtree")
+    assert entries(AllReduce)["hier"].needs_topology
+    assert not entries(ReduceScatter)["hier"].needs_topology and not entries(AllGather)["hier"].needs_topology
+    assert entries(ReduceScatter)["bamring"].needs_topology and entries(AllGather)["bamring"].needs_topology
+    monkeypatch.setenv("ALLREDUCE_HIER_ACROSS", "ring")
+    assert not entries(AllReduce)["hier"].needs_topology
