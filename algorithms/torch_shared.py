@@ -1,6 +1,6 @@
 """What PyTorch's hooks into our collectives share: CPU tensors viewed as NumPy vectors without a
-copy (:func:`as_numpy`) and the one communication thread overlapped collectives run on
-(:class:`CommThread`). Used by the DDP hook (:mod:`algorithms.torch`) and FSDP2's comms
+copy (:func:`as_numpy`, :func:`as_bytes`) and the one communication thread overlapped collectives
+run on (:class:`CommThread`). Used by the DDP hook (:mod:`algorithms.torch`) and FSDP2's comms
 (:mod:`algorithms.torch_fsdp`); it needs PyTorch."""
 
 import queue
@@ -8,47 +8,35 @@ import threading
 import time
 
 import ml_dtypes
+import numpy as np
 import torch
 from mpi4py import MPI
 
 from plumbing.ending import thread_level_name
 
-#: torch dtype -> how its CPU tensor becomes a NumPy vector of the same memory, and that vector's dtype
-_VIEWS = {
-    torch.float32: (lambda t: t.numpy(), "float32"),
-    torch.float64: (lambda t: t.numpy(), "float64"),
-    torch.float16: (lambda t: t.numpy(), "float16"),
-    torch.bfloat16: (lambda t: t.view(torch.int16).numpy().view(ml_dtypes.bfloat16), "bfloat16"),
-}
+#: torch dtype -> the NumPy dtype its CPU tensor is viewed as (bfloat16: ml_dtypes')
+_VIEWS = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64),
+          torch.float16: np.dtype(np.float16), torch.bfloat16: np.dtype(ml_dtypes.bfloat16)}
 _perf_counter = time.perf_counter
 
 
 def as_numpy(tensor):
     """A 1-D NumPy vector sharing ``tensor``'s memory (a contiguous CPU tensor of float32,
     float64, float16 or bfloat16); ``TypeError`` otherwise. Nothing is copied: the vector's
-    first byte is the tensor's (checked)."""
+    first byte is the tensor's (checked): its bytes (:func:`as_bytes`) seen as the dtype."""
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"expected a torch.Tensor, got {type(tensor).__name__}")
-    view = _VIEWS.get(tensor.dtype)
-    if view is None or not tensor.is_cpu:
-        raise TypeError(f"algorithms.torch all-reduces CPU tensors of {', '.join(_VIEWS[d][1] for d in _VIEWS)}; "
+    dtype = _VIEWS.get(tensor.dtype)
+    if dtype is None or not tensor.is_cpu:
+        raise TypeError(f"algorithms.torch all-reduces CPU tensors of {', '.join(d.name for d in _VIEWS.values())}; "
                         f"got a tensor of {str(tensor.dtype).removeprefix('torch.')} on {tensor.device}")
-    if not tensor.is_contiguous():
-        raise TypeError("algorithms.torch all-reduces contiguous tensors; got a strided one")
-    if tensor.requires_grad:
-        tensor = tensor.detach()
-    if tensor.dim() != 1:
-        tensor = tensor.reshape(-1)
-    array = view[0](tensor)
-    if array.ctypes.data != tensor.data_ptr() and tensor.numel():
-        raise RuntimeError("the NumPy view of the tensor does not share its memory")  # never expected
-    return array
+    return as_bytes(tensor).view(dtype)
 
 
 def as_bytes(tensor):
     """A 1-D NumPy ``uint8`` vector of ``tensor``'s bytes (a contiguous CPU tensor of any dtype),
-    sharing its memory: what a collective that only moves data (an all-gather) needs; FSDP
-    all-gathers ``uint8`` itself where a unit's shards mix dtypes. ``TypeError`` for a
+    sharing its memory (checked): what a collective that only moves data (an all-gather) needs;
+    FSDP all-gathers ``uint8`` itself where a unit's shards mix dtypes. ``TypeError`` for a
     tensor elsewhere or strided."""
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"expected a torch.Tensor, got {type(tensor).__name__}")
