@@ -74,13 +74,17 @@ def slurm(tmp_path_factory):
         subprocess.run([str(JOBS / "cluster/slurm-down.sh"), str(state)], timeout=120)
 
 
+def job_environment(env, results, settings):
+    """A job script's environment: the cluster's, this venv, its results folder and its settings."""
+    return {**env, "VENV": str(VENV), "RESULTS": str(results), **settings}
+
+
 def sbatch(env, script, results, *options, timeout=240, **settings):
     """`sbatch --wait` from the repository root, wrapped in a timeout; returns (exit code, output file)."""
     output = results.parent / f"{results.name}.out"
-    job_env = {**env, "VENV": str(VENV), "RESULTS": str(results), **settings}
     proc = subprocess.run(["timeout", str(timeout), "sbatch", "--wait", f"--output={output}", *options,
-                           str(JOBS / "slurm" / script)], cwd=ROOT, env=job_env, capture_output=True,
-                          text=True)
+                           str(JOBS / "slurm" / script)], cwd=ROOT, env=job_environment(env, results, settings),
+                          capture_output=True, text=True)
     log = output.read_text() if output.exists() else ""
     return proc.returncode, proc.stdout + proc.stderr + log
 
@@ -134,11 +138,11 @@ def test_a_cancelled_job_keeps_finished_sizes(slurm, tmp_path):
     results = tmp_path / "cancelled"
     output = tmp_path / "cancelled.out"
     shm_before = {p for p in os.listdir("/dev/shm") if p.startswith("mpich_shm_")}
-    job_env = {**slurm, "VENV": str(VENV), "RESULTS": str(results), "MIN_BYTES": "1K", "MAX_BYTES": "1G",
-               "FACTOR": "2", "ITERS": "2000", "WARMUP": "1", "ALGOS": "ring"}
+    settings = {"MIN_BYTES": "1K", "MAX_BYTES": "1G", "FACTOR": "2", "ITERS": "2000", "WARMUP": "1", "ALGOS": "ring"}
     submitted = subprocess.run(["sbatch", "--parsable", f"--output={output}", "--ntasks=2",
-                                str(JOBS / "slurm" / "cpu-sweep.sbatch")], cwd=ROOT, env=job_env,
-                               capture_output=True, text=True, timeout=60)
+                                str(JOBS / "slurm" / "cpu-sweep.sbatch")], cwd=ROOT,
+                               env=job_environment(slurm, results, settings), capture_output=True, text=True,
+                               timeout=60)
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip().split(";")[0]
     log_rows = results / "sweep.jsonl"
