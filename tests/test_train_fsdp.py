@@ -6,7 +6,6 @@ memory per rank against the closed form (half of DDP's at 2 ranks), parameters e
 the tables; bad flags; and the FSDP step model in closed form on synthetic profiles."""
 
 import json
-import re
 import statistics
 
 import pytest
@@ -59,7 +58,7 @@ def test_fsdp_picture_beside_the_ddp_one(fsdp):
     PNG with a panel per dtype and reshard choice."""
     proc, doc = fsdp
     for name in ("train.png", "train-fsdp.png"):
-        assert f"# wrote " in proc.stdout and name in proc.stdout
+        assert "# wrote " in proc.stdout and name in proc.stdout
     picture = next(line.split()[-1] for line in proc.stdout.splitlines() if line.endswith("-fsdp.png"))
     with open(picture, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
