@@ -68,18 +68,3 @@ def same_memory(a, b):
 def overlaps(a, b):
     """True when the byte ranges of ``a`` and ``b`` intersect (1-D contiguous buffers)."""
     return a.nbytes != 0 and b.nbytes != 0 and _may_overlap(a, b)
-
-
-def host_buffer(xp, nbytes):
-    """A new host byte buffer for staging ``xp`` arrays: page-locked (pinned) for CuPy."""
-    if is_device(xp):
-        import cupyx
-
-        return cupyx.empty_pinned((nbytes,), np.uint8)
-    return np.empty(nbytes, np.uint8)
-
-
-def stream_synchronize(xp):
-    """Wait for queued device work before MPI touches device memory (no-op for NumPy)."""
-    if is_device(xp):
-        xp.cuda.get_current_stream().synchronize()

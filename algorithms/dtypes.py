@@ -1,8 +1,9 @@
 """The element types: one table that every list of types in the suite is made from.
 
 Each row is a NumPy dtype with the name nccl-tests prints for it (``-d`` takes it too), the
-other names ``-d`` takes, and what runs it beside our algorithms: the GPU path (CuPy has no
-bfloat16 or fp8 arrays) and gloo's CPU all-reduce; ``train`` is the name ``bench train
+other names ``-d`` takes, and what runs it beside our algorithms: the GPU path (CuPy's ufuncs
+reduce CuPy's own types; bfloat16, which CuPy holds from version 14, our own kernel; fp8 nothing,
+CuPy having no such arrays: :func:`.device.lacks`) and gloo's CPU all-reduce; ``train`` is the name ``bench train
 --dtype`` gives the types DDP trains in here. The row order is the order of :data:`DTYPES`,
 whose index every rank exchanges: append, never reorder.
 """
@@ -18,7 +19,7 @@ class ElementType:
     dtype: np.dtype
     nccl: str  # the name nccl-tests prints in its type column
     aliases: tuple = ()  # other names -d takes
-    gpu: bool = True  # CuPy has arrays of it
+    gpu: str = "cupy"  # how the GPU path reduces it: "cupy" (CuPy's ufuncs), "kernel" (ours), "" (it cannot)
     gloo: bool = False  # gloo's all-reduce takes it
     train: str = ""  # bench train's --dtype name, where DDP trains in it here
 
@@ -40,15 +41,15 @@ TYPES = (
     ElementType(np.dtype("float16"), "half", gloo=True),
     ElementType(np.dtype("float32"), "float", gloo=True, train="fp32"),
     ElementType(np.dtype("float64"), "double", gloo=True),
-    ElementType(np.dtype(ml_dtypes.bfloat16), "bfloat16", ("bf16",), gpu=False, gloo=True, train="bf16"),
-    ElementType(np.dtype(ml_dtypes.float8_e4m3fn), "f8e4m3", gpu=False),
-    ElementType(np.dtype(ml_dtypes.float8_e5m2), "f8e5m2", gpu=False),
+    ElementType(np.dtype(ml_dtypes.bfloat16), "bfloat16", ("bf16",), gpu="kernel", gloo=True, train="bf16"),
+    ElementType(np.dtype(ml_dtypes.float8_e4m3fn), "f8e4m3", gpu=""),
+    ElementType(np.dtype(ml_dtypes.float8_e5m2), "f8e5m2", gpu=""),
 )
 
 #: every element type our collectives reduce, in the table's order
 DTYPES = tuple(t.dtype for t in TYPES)
 #: the floating types NumPy does not count as floating (their ``kind`` is not always ``"f"``)
-LOW_PRECISION = frozenset(t.dtype for t in TYPES if not t.gpu)
+LOW_PRECISION = frozenset(t.dtype for t in TYPES if t.dtype.type.__module__.startswith("ml_dtypes"))
 #: dtype -> its row
 BY_DTYPE = {t.dtype: t for t in TYPES}
 #: every name ``-d`` takes (NumPy's, nccl-tests', the aliases) -> its row

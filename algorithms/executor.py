@@ -14,7 +14,8 @@ import sys
 
 from mpi4py import MPI
 
-from .arrays import host_buffer, same_memory
+from .arrays import same_memory
+from .device import steps
 from .ops import combiner, divider
 from .settings import agree_settings
 from .transports import build_transport
@@ -54,7 +55,7 @@ class Workspace:
         key = ("host", xp.__name__, slot)
         buf = self._buffers.get(key)
         if buf is None or buf.size < nbytes:
-            buf = self._buffers[key] = host_buffer(xp, nbytes)
+            buf = self._buffers[key] = steps(xp).pinned(nbytes)
         return buf[:nbytes]
 
     def clear(self):
@@ -272,6 +273,20 @@ class Collective:
             return functools.partial(algorithm.allreduce, self)
         return algorithm.bind(self, count, dtype)
 
+    def irecv_combine(self, acc, source, out, slot):
+        """Start receiving a vector like ``acc`` from ``source``; once the returned handle's
+        ``Wait()`` returns, ``out = acc (op) received``. A shared-memory transport reduces each
+        piece straight from its slot as it arrives (one pass over the piece: on a GPU, one kernel
+        reads the peer's slot); otherwise the message lands in scratch ``slot`` (one per receive
+        in flight) and is reduced at ``Wait()``. ``out`` must not overlap what this rank sends
+        meanwhile."""
+        start = getattr(self.transport, "irecv_combine", None)
+        handle = start(acc, source, out, self.combine, slot) if start is not None else None
+        if handle is not None:
+            return handle
+        incoming = self.scratch(acc.dtype, acc.size, slot)
+        return _ReducedOnWait(self.irecv(incoming, source), lambda: self.combine(acc, incoming, out))
+
     def _recv_combine_from_scratch(self, acc, source, out, combine):
         incoming = self.scratch(acc.dtype, acc.size, "combine-in")
         self.recv(incoming, source)
@@ -295,3 +310,18 @@ class Collective:
         """Apply what the op needs after the reduction (``avg``: divide by the rank count)."""
         if self.op == "avg" and self.size > 1:
             self.divide(result, self.size, result)
+
+
+class _ReducedOnWait:
+    """A receive into scratch whose ``Wait()`` then reduces it (:meth:`Collective.irecv_combine`)."""
+
+    __slots__ = ("request", "reduce", "done")
+
+    def __init__(self, request, reduce):
+        self.request, self.reduce, self.done = request, reduce, False
+
+    def Wait(self):
+        if not self.done:
+            self.request.Wait()
+            self.reduce()
+            self.done = True

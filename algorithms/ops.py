@@ -34,6 +34,7 @@ import importlib.util
 import ml_dtypes
 import numpy as np
 
+from .device import steps
 from .dtypes import DTYPES, LOW_PRECISION
 from .settings import setting
 
@@ -207,16 +208,27 @@ def _with_torch(plain, name):
 def combiner(xp, op):
     """``combine(a, b, out)``: ``out = a (op) b`` element-wise in array module ``xp``. For
     NumPy's add and multiply the ufunc itself, its output positional (a 2-element add: 0.34 us,
-    against 0.59 us with ``out=``); otherwise the ufunc called with ``out=``, the form CuPy
-    documents. Where PyTorch is installed, long bfloat16 vectors are added and multiplied by
-    its kernels (module docstring)."""
+    against 0.59 us with ``out=``); otherwise the ufunc called with ``out=``. Where PyTorch is
+    installed, long bfloat16 vectors are added and multiplied by its kernels (module docstring);
+    on the device, bfloat16 vectors by our kernel, the same arithmetic (:mod:`.device`)."""
+    if xp is not np:
+        return steps(xp).combiner(OPS[op], op)
     ufunc = getattr(xp, OPS[op])
-    plain = ufunc if xp is np and OPS[op] in _POSITIONAL_OUT else (lambda a, b, out: ufunc(a, b, out=out))
-    return _with_torch(plain, OPS[op]) if xp is np else plain
+    plain = ufunc if OPS[op] in _POSITIONAL_OUT else (lambda a, b, out: ufunc(a, b, out=out))
+    return _with_torch(plain, OPS[op])
 
 
 def divider(xp):
-    """``divide(a, n, out)``: ``out = a / n`` in array module ``xp`` (avg's last step), long
-    bfloat16 vectors by PyTorch's kernel where it is installed."""
-    plain = lambda a, n, out: xp.divide(a, n, out=out)  # noqa: E731
-    return _with_torch(plain, "divide") if xp is np else plain
+    """``divide(a, n, out)``: ``out = a / n`` in array module ``xp`` (avg's last step), rounded
+    once to the type (the 2-byte and 1-byte floats computed in float32, which rounds their
+    quotients innocuously: 24 >= 2p + 2 bits); long bfloat16 vectors by PyTorch's kernel where it
+    is installed (the same float32 division), on the device by ours."""
+    if xp is not np:
+        return steps(xp).divider()
+
+    def divide(a, n, out):
+        if a.itemsize <= 2:  # n as a float32: the type itself may not hold it (float8_e5m2 has no 9, float16 no 2049)
+            np.divide(a, np.float32(n), out=out, casting="unsafe")
+        else:
+            np.divide(a, n, out=out)
+    return _with_torch(divide, "divide")

@@ -4,10 +4,11 @@ Every message travels as raw bytes (``MPI.BYTE``), so any dtype works, float16
 included, and the reduction happens in the array module, never inside MPI.
 
 * :class:`DirectTransport` hands the buffers straight to MPI: NumPy arrays, or
-  CuPy arrays when the MPI library is CUDA-aware (the stream is synchronized
-  first, as in mpi4py's CUDA-aware demo).
-* :class:`StagedTransport` copies device buffers into host buffers (pinned
-  for CuPy) around every MPI call, for MPI libraries that are not CUDA-aware.
+  CuPy arrays when the MPI library is CUDA-aware (the current stream is settled
+  first: MPI does not order itself after our kernels).
+* :class:`StagedTransport` copies device buffers into pinned host buffers around
+  every MPI call, for MPI libraries that are not CUDA-aware. The copies follow the
+  stream discipline of :mod:`algorithms.device`, which says once what waits for what.
 
 The shared-memory transport for host buffers is in :mod:`.shared_memory`;
 :func:`algorithms.transports.build_transport` picks one. ``ALLREDUCE_CUDA_AWARE=0|1``
@@ -20,7 +21,8 @@ import functools
 import numpy as np
 from mpi4py import MPI
 
-from ..arrays import host_buffer, is_device, stream_synchronize
+from ..arrays import is_device
+from ..device import steps
 from ..settings import setting, size_text
 
 TAG = 7  # every collective runs on a private duplicate communicator, so one tag suffices
@@ -46,12 +48,22 @@ def mpi_is_cuda_aware():
 
 
 class DirectTransport:
-    """MPI on the buffers themselves (host memory, or device memory with CUDA-aware MPI)."""
+    """MPI on the buffers themselves (host memory, or device memory with CUDA-aware MPI: the
+    current stream settled first, and the vector handed over as bytes, whatever its dtype)."""
 
     def __init__(self, private, xp, workspace):
         self.comm = private.comm
         self.xp = xp
-        self._settle = (lambda: stream_synchronize(xp)) if is_device(xp) else (lambda: None)
+        if is_device(xp):
+            settle = steps(xp).settle
+
+            def ready(buf):
+                settle()
+                return [buf.view(np.uint8), MPI.BYTE]
+        else:
+            def ready(buf):
+                return [buf, MPI.BYTE]
+        self._ready = ready
 
     note = None  # why this transport was chosen over CUDA IPC, when it was a fallback
 
@@ -59,76 +71,35 @@ class DirectTransport:
         return ("CUDA-aware MPI" if is_device(self.xp) else "MPI") + (f"; {self.note}" if self.note else "")
 
     def send(self, buf, dest):
-        self._settle()
-        self.comm.Send([buf, MPI.BYTE], dest, TAG)
+        self.comm.Send(self._ready(buf), dest, TAG)
 
     def recv(self, buf, source):
-        self._settle()
-        self.comm.Recv([buf, MPI.BYTE], source, TAG)
+        self.comm.Recv(self._ready(buf), source, TAG)
 
     def sendrecv(self, sendbuf, dest, recvbuf, source):
-        self._settle()
-        self.comm.Sendrecv([sendbuf, MPI.BYTE], dest, TAG, [recvbuf, MPI.BYTE], source, TAG)
+        self.comm.Sendrecv(self._ready(sendbuf), dest, TAG, self._ready(recvbuf), source, TAG)
 
     def isend(self, buf, dest):
         """Start sending ``buf``; the returned request's ``Wait()`` ends it (``buf`` untouched until then)."""
-        self._settle()
-        return self.comm.Isend([buf, MPI.BYTE], dest, TAG)
+        return self.comm.Isend(self._ready(buf), dest, TAG)
 
     def irecv(self, buf, source):
         """Start receiving into ``buf``; it holds the message once the request's ``Wait()`` returns."""
-        self._settle()
-        return self.comm.Irecv([buf, MPI.BYTE], source, TAG)
-
-
-class _HostCopies:
-    """Host buffers: the "copies to and from the device" are plain copies, done at once."""
-
-    def to_host(self, raw, host):
-        np.copyto(host[:raw.size], raw)
-
-    def to_device(self, host, raw):
-        np.copyto(raw, host)
-
-    def wait(self, token):
-        pass
-
-
-class _DeviceCopies:
-    """Asynchronous copies between device memory and pinned host buffers on a stream of
-    their own; each returns an event that :meth:`wait` waits for."""
-
-    def __init__(self, xp):
-        self.cuda = xp.cuda
-        self.stream = xp.cuda.Stream(non_blocking=True)
-
-    def _copy(self, destination, source, nbytes, kind):
-        runtime = self.cuda.runtime
-        runtime.memcpyAsync(destination, source, nbytes, kind, self.stream.ptr)
-        event = self.cuda.Event(disable_timing=True)
-        event.record(self.stream)
-        return event
-
-    def to_host(self, raw, host):
-        return self._copy(host.ctypes.data, raw.data.ptr, raw.nbytes, self.cuda.runtime.memcpyDeviceToHost)
-
-    def to_device(self, host, raw):
-        return self._copy(raw.data.ptr, host.ctypes.data, raw.nbytes, self.cuda.runtime.memcpyHostToDevice)
-
-    def wait(self, event):
-        if event is not None:
-            event.synchronize()
+        return self.comm.Irecv(self._ready(buf), source, TAG)
 
 
 class StagedTransport:
-    """Each message is copied through host memory: device -> host, MPI, host -> device.
+    """Each message is copied through pinned host memory: device -> host, MPI, host -> device.
 
     A message over ``ALLREDUCE_STAGE_BYTES`` (default 1 MiB) in a blocking call moves in
     chunks of that size through two host buffers each way, so that the copy of chunk k+1
     to the host, the transfer of chunk k and the copy of chunk k-1 to the device overlap
-    (the device copies run on a stream of their own). Sender and receiver cut a message
-    alike, since a receive has the size of its send, and so do the nonblocking calls (one
-    host buffer, a request per chunk): any send matches any receive of its size."""
+    (the copies run on side streams: :mod:`algorithms.device`). Sender and receiver cut a
+    message alike, since a receive has the size of its send, and so do the nonblocking calls
+    (one host buffer, a request per chunk): any send matches any receive of its size.
+
+    A receive returns once its copy into device memory is queued, ahead of the kernels queued
+    after it; the host waits for that copy only when it reuses the host buffer (``_reading``)."""
 
     note = None
 
@@ -136,25 +107,29 @@ class StagedTransport:
         self.comm = private.comm
         self.xp = xp
         self.workspace = workspace
-        self._spare = []  # host buffers of finished nonblocking messages, reused by the next ones
+        self.steps = steps(xp)
+        self._spare = []  # (host buffer, the copy in that may still read it) of finished nonblocking messages
+        self._reading = {}  # workspace slot -> the copy into device memory that may still read it
         self.chunk_bytes = setting("ALLREDUCE_STAGE_BYTES")
-        self._copies = _DeviceCopies(xp) if is_device(xp) else _HostCopies()
 
     def describe(self):
         return ("MPI, staged through " + ("pinned host memory" if is_device(self.xp) else "host copies")
                 + f" in {size_text(self.chunk_bytes)} chunks" + (f"; {self.note}" if self.note else ""))
 
     def _host(self, nbytes, slot):
+        """Workspace host buffer ``slot``, once no copy into device memory still reads it."""
+        self.steps.wait(self._reading.pop(slot, None))
         return self.workspace.host(self.xp, nbytes, slot)
 
     def _to_host(self, buf, slot):
+        """``buf``'s bytes in host buffer ``slot``, there on return (MPI reads them next)."""
         host = self._host(buf.nbytes, slot)
-        self._copy_out(buf, host)
+        self.steps.wait(self.steps.copy_out(buf.view(self.xp.uint8), host))
         return host
 
-    def _to_device(self, host, buf):
-        """``host``'s bytes into ``buf``, finished on return (the host buffer is reused)."""
-        self._copies.wait(self._copies.to_device(host[:buf.nbytes], buf.view(self.xp.uint8)))
+    def _to_device(self, host, buf, slot):
+        """``host``'s bytes into ``buf``, ahead of the kernels queued after this."""
+        self._reading[slot] = self.steps.copy_in(host, buf.view(self.xp.uint8))
 
     def send(self, buf, dest):
         if buf.nbytes > self.chunk_bytes:
@@ -168,7 +143,7 @@ class StagedTransport:
             return
         host = self._host(buf.nbytes, "recv")
         self.comm.Recv(host, source, TAG)
-        self._to_device(host, buf)
+        self._to_device(host, buf, "recv")
 
     def sendrecv(self, sendbuf, dest, recvbuf, source):
         if sendbuf.nbytes > self.chunk_bytes or recvbuf.nbytes > self.chunk_bytes:
@@ -177,7 +152,7 @@ class StagedTransport:
         outgoing = self._to_host(sendbuf, "send")
         incoming = self._host(recvbuf.nbytes, "recv")
         self.comm.Sendrecv(outgoing, dest, TAG, incoming, source, TAG)
-        self._to_device(incoming, recvbuf)
+        self._to_device(incoming, recvbuf, "recv")
 
     def _cuts(self, buf):
         if buf is None:
@@ -187,11 +162,10 @@ class StagedTransport:
 
     def _pipeline(self, sendbuf, dest, recvbuf, source):
         """Send ``sendbuf`` and/or receive ``recvbuf`` chunk by chunk, double-buffered."""
-        stream_synchronize(self.xp)  # what queued kernels write is what goes out
         sends, recvs = self._cuts(sendbuf), self._cuts(recvbuf)
         out = sendbuf.view(self.xp.uint8) if sends else None
         into = recvbuf.view(self.xp.uint8) if recvs else None
-        copies, chunk = self._copies, self.chunk_bytes
+        copies, chunk = self.steps, self.chunk_bytes
         send_host = [self._host(chunk, f"pipe-send-{b}") for b in (0, 1)] if sends else None
         recv_host = [self._host(chunk, f"pipe-recv-{b}") for b in (0, 1)] if recvs else None
         sending, receiving, to_device = [None, None], [None, None], [None, None]
@@ -199,7 +173,7 @@ class StagedTransport:
             lo, hi = recvs[k]
             receiving[k] = self.comm.Irecv(recv_host[k][:hi - lo], source, TAG)
         if sends:
-            to_host = copies.to_host(out[sends[0][0]:sends[0][1]], send_host[0])
+            to_host = copies.copy_out(out[sends[0][0]:sends[0][1]], send_host[0])
         for k in range(max(len(sends), len(recvs))):
             b = k % 2
             if k < len(sends):
@@ -210,7 +184,7 @@ class StagedTransport:
                     if sending[1 - b] is not None:
                         sending[1 - b].Wait()  # chunk k-1 is out: its host buffer is free
                     lo, hi = sends[k + 1]
-                    to_host = copies.to_host(out[lo:hi], send_host[1 - b])
+                    to_host = copies.copy_out(out[lo:hi], send_host[1 - b])
             if k < len(recvs):
                 if k >= 1 and k + 1 < len(recvs):
                     copies.wait(to_device[1 - b])  # chunk k-1 is on the device: reuse its buffer
@@ -218,39 +192,39 @@ class StagedTransport:
                     receiving[1 - b] = self.comm.Irecv(recv_host[1 - b][:hi - lo], source, TAG)
                 receiving[b].Wait()
                 lo, hi = recvs[k]
-                to_device[b] = copies.to_device(recv_host[b][:hi - lo], into[lo:hi])
+                to_device[b] = copies.copy_in(recv_host[b][:hi - lo], into[lo:hi])
         MPI.Request.Waitall([r for r in sending if r is not None])
-        for token in to_device:
-            copies.wait(token)
+        for b, event in enumerate(to_device):
+            if event is not None:
+                self._reading[f"pipe-recv-{b}"] = event
 
     def _lend(self, nbytes):
-        """A host buffer of at least ``nbytes`` for one nonblocking message (reused once it ends)."""
-        host = self._spare.pop() if self._spare else None
+        """A host buffer of at least ``nbytes`` for one nonblocking message (reused once it ends
+        and no copy reads it)."""
+        host, reading = self._spare.pop() if self._spare else (None, None)
+        self.steps.wait(reading)
         if host is None or host.size < nbytes:
-            host = host_buffer(self.xp, nbytes)
+            host = self.steps.pinned(nbytes)
         return host
 
     def isend(self, buf, dest):
         """Copy ``buf`` to a host buffer of its own and start sending that; ``Wait()`` ends it."""
         host = self._lend(buf.nbytes)
-        self._copy_out(buf, host)
+        self.steps.wait(self.steps.copy_out(buf.view(self.xp.uint8), host))
         return _Staged([self.comm.Isend(host[lo:hi], dest, TAG) for lo, hi in self._cuts(buf)], host, self._spare)
 
     def irecv(self, buf, source):
-        """Receive into a host buffer of its own; ``Wait()`` copies it into ``buf``."""
+        """Receive into a host buffer of its own; ``Wait()`` queues its copy into ``buf``, ahead of
+        the kernels queued after it."""
         host = self._lend(buf.nbytes)
         requests = [self.comm.Irecv(host[lo:hi], source, TAG) for lo, hi in self._cuts(buf)]
-        return _Staged(requests, host, self._spare, lambda: self._to_device(host[:buf.nbytes], buf))
-
-    def _copy_out(self, buf, host):
-        """``buf``'s bytes into ``host``, after the device work queued before, finished on return."""
-        stream_synchronize(self.xp)
-        self._copies.wait(self._copies.to_host(buf.view(self.xp.uint8), host))
+        return _Staged(requests, host, self._spare, lambda: self.steps.copy_in(host, buf.view(self.xp.uint8)))
 
 
 class _Staged:
     """A staged nonblocking message: waits for MPI (its chunks' ``requests``), runs ``then`` (the
-    copy to the device for a receive), then returns its host buffer to the spares."""
+    copy to the device for a receive, which returns what reads the host buffer still), then
+    returns its host buffer to the spares."""
 
     __slots__ = ("requests", "host", "spare", "then", "done")
 
@@ -270,6 +244,4 @@ class _Staged:
 
     def _finish(self):
         self.done = True
-        if self.then is not None:
-            self.then()
-        self.spare.append(self.host)
+        self.spare.append((self.host, self.then() if self.then is not None else None))

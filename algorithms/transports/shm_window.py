@@ -21,7 +21,8 @@ from mpi4py import MPI
 
 from plumbing.shm import ShmTooSmall
 
-from ..arrays import is_device, stream_synchronize
+from ..arrays import is_device
+from ..device import steps
 from ..settings import setting, size_text
 from .cuda_ipc import DeviceSlots
 from .registered import decode, encode
@@ -50,7 +51,7 @@ class Mailboxes:
         variable = SLOT_SIZES[xp.__name__]
         self.registry = registry
         self.slot_bytes = setting(variable)  # a multiple of LINE (settings.WIRE)
-        self.xp, self.device = xp, None
+        self.xp, self.device, self.steps = xp, None, steps(xp)
         node = comm.Split_type(MPI.COMM_TYPE_SHARED)
         members = MPI.Group.Translate_ranks(node.Get_group(), list(range(node.Get_size())),
                                             comm.Get_group())
@@ -62,7 +63,7 @@ class Mailboxes:
         what = f"the shared-memory transport ({SLOTS} slots of {size_text(self.slot_bytes)} to each rank of the node)"
         try:
             if is_device(xp):
-                self.device = DeviceSlots(node, slots_bytes)  # collective; raises on every rank
+                self.device = DeviceSlots(xp, node, slots_bytes)  # collective; raises on every rank
                 try:
                     self.win = allocate_shared(comm, node, header, LINE, "the CUDA IPC transport's counters")
                 except ShmTooSmall:
@@ -112,8 +113,8 @@ class Mailboxes:
         k = piece % SLOTS
         end = min(raw.size, offset + self.slot_bytes)
         self.xp.copyto(self.out_slots[peer][k][:end - offset], raw[offset:end])
-        if self.device is not None:  # device copies and reductions are queued: finish them first
-            stream_synchronize(self.xp)
+        if self.device is not None:  # the piece is in the slot before its counter says so (a peer process reads it)
+            self.steps.settle()
         self.post_label(peer, raw.size, offset)
         return end
 
@@ -125,8 +126,8 @@ class Mailboxes:
         messages (each ring step of a 2-rank all-reduce from 16 to 512 KiB) in one call, no
         message viewed as bytes."""
         self.xp.copyto(out_views[self.posted[out][0] % SLOTS], buf)
-        if self.device is not None:  # device copies and reductions are queued: finish them first
-            stream_synchronize(self.xp)
+        if self.device is not None:  # the piece is in the slot before its counter says so (a peer process reads it)
+            self.steps.settle()
         self.post_label(out, buf.nbytes, 0)
         self.wait_for(into)
         self.win.Sync()  # the counter before the piece
@@ -226,8 +227,8 @@ class Mailboxes:
         return self.registry.view(index, peer, start, size)
 
     def release(self, peer):
-        if self.device is not None:  # device copies and reductions are queued: finish them first
-            stream_synchronize(self.xp)
+        if self.device is not None:  # our kernels are done reading the slot before its counter frees it
+            self.steps.settle()
         self.win.Sync()  # done reading before the slot is handed back
         self.consumed[peer][0] += 1
 
