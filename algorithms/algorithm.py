@@ -10,6 +10,15 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 
+def relayed(n, nbytes):
+    """``(reduced, copied)`` bytes all ranks receive in an all-reduce that relays every rank's
+    vector once along the edges of a spanning structure, reducing on the way in and copying on the
+    way out: (N-1) M each, whichever structure (a ring's 2(N-1) steps of M/N on every rank, a
+    tree's N-1 edges carrying M up and M down, a parameter server, their halved and pipelined
+    forms)."""
+    return (n - 1) * nbytes, (n - 1) * nbytes
+
+
 @dataclass(frozen=True)
 class Algorithm:
     """One all-reduce.
@@ -44,6 +53,12 @@ class Algorithm:
       each half runs for the cost model, ``nbytes`` the whole vector (nccl-tests' size).
     * ``halves_take_no_plan``: its halves use nothing ``prepare`` makes (hier: rings across nodes
       whatever ``ALLREDUCE_HIER_ACROSS``), so they need no ``bandwidth=``; one given is checked.
+    * ``received(n, nbytes)``: ``(reduced, copied)``, the bytes of the messages that all ``n``
+      ranks together receive in one all-reduce of ``nbytes`` a rank, as it runs on device
+      buffers: those reduced into a partial result and those copied into place (what ranks that
+      share one GPU's memory must read and write: the one-GPU bound, docs/gpu.md); None where
+      not known (MPI's own). By default a relay's, :func:`relayed`; tests/mpi/test_correctness.py
+      counts them.
     """
 
     name: str
@@ -64,6 +79,7 @@ class Algorithm:
     reduce_scatter_schedule: Optional[Callable] = None
     all_gather_schedule: Optional[Callable] = None
     halves_take_no_plan: bool = False
+    received: Optional[Callable] = relayed
 
     def runs(self, collective):
         """Whether it runs ``collective`` ("allreduce", "reduce_scatter" or "all_gather")."""

@@ -204,4 +204,4 @@ def describe(private, transport):
 
 # it runs the others: by name only
 ALGORITHM = Algorithm("auto", allreduce, bind=bind, describe=describe, in_all=False, reduce_scatter=reduce_scatter,
-                      all_gather=all_gather)
+                      all_gather=all_gather, received=None)

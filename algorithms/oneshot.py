@@ -21,6 +21,7 @@ reads every other rank's buffer, (N-1) M per rank, so it pays only for small vec
 ranks span nodes, or for CuPy buffers, it is recursive doubling (:mod:`.recursive_doubling`).
 """
 
+import dataclasses
 import math
 
 import numpy as np
@@ -83,4 +84,6 @@ def schedule(model, m):
     return [(rounds, "round", all_to_all(model).time(m / rounds, ROUND_MESSAGES))]
 
 
-ALGORITHM = over_boxes("oneshot", OneShotWindow, recursive_doubling.allreduce, schedule)
+# on device buffers it runs recursive doubling, whose messages are what it receives there
+ALGORITHM = dataclasses.replace(over_boxes("oneshot", OneShotWindow, recursive_doubling.allreduce, schedule),
+                                received=recursive_doubling.received)

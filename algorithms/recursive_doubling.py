@@ -148,5 +148,13 @@ def schedule(model, m):
     return parts
 
 
-ALGORITHM = Algorithm("rd", allreduce, schedule=schedule, bind=bind, all_gather=bruck.all_gather,
+def received(n, nbytes):
+    """``(reduced, copied)`` bytes all ranks receive (:class:`.algorithm.Algorithm`): with p the
+    largest power of two up to N and e = N - p, e vectors folded in and handed back, and p log2 p
+    whole vectors exchanged and reduced: ((e + p log2 p) M, e M)."""
+    p = 1 << (n.bit_length() - 1)
+    return (n - p + p * (p.bit_length() - 1)) * nbytes, (n - p) * nbytes
+
+
+ALGORITHM = Algorithm("rd", allreduce, schedule=schedule, bind=bind, received=received, all_gather=bruck.all_gather,
                       all_gather_schedule=bruck.schedule)

@@ -350,3 +350,55 @@ def test_low_precision_sums_of_any_data_are_alike_on_every_rank(comm, dtype):
         if far:
             failures.append(f"{algorithm}: {far} elements beyond the rounding bound")
     assert not failures, f"rank {comm.rank}: " + "; ".join(failures)
+
+
+class CountingTransport:
+    """MPI, counting the bytes every receive takes in (so that an algorithm's ``received`` is
+    checked against what it does, not against itself)."""
+
+    def __init__(self, inner):
+        self.inner, self.received = inner, 0
+        self.send, self.isend, self.describe = inner.send, inner.isend, inner.describe
+
+    def recv(self, buf, source):
+        self.received += buf.nbytes
+        self.inner.recv(buf, source)
+
+    def sendrecv(self, sendbuf, dest, recvbuf, source):
+        self.received += recvbuf.nbytes
+        self.inner.sendrecv(sendbuf, dest, recvbuf, source)
+
+    def irecv(self, buf, source):
+        self.received += buf.nbytes
+        return self.inner.irecv(buf, source)
+
+
+#: what oneshot and twoshot run on device buffers, which their ``received`` describes (on NumPy
+#: buffers they read the node's boxes instead: algorithms/posted.py)
+ON_THE_DEVICE = {"oneshot": "rd", "twoshot": "ring"}
+
+
+def test_received_bytes_are_what_each_algorithm_declares(comm):
+    """The bytes all ranks receive in one all-reduce (on the MPI transport, counted at every
+    receive) are the reduced and copied bytes each algorithm's record declares: the messages
+    behind its one-GPU bound (docs/gpu.md)."""
+    from algorithms.executor import WORKSPACE
+    from algorithms.transports.mpi import DirectTransport
+
+    fresh = comm.Dup()
+    try:
+        private = private_comm(fresh)
+        counting = private.transports["numpy"] = CountingTransport(DirectTransport(private, np, WORKSPACE))
+        x = rank_input("float32", "sum", 1001, comm.rank, comm.size)
+        found, declared = {}, {}
+        for name, algorithm in algorithms.ALGORITHMS.items():
+            if algorithm.received is None:
+                continue
+            run = ON_THE_DEVICE.get(name, name)
+            counting.received = 0
+            algorithms.allreduce(x, np.empty_like(x), algorithm=run, comm=fresh, **options(run, comm.size))
+            found[name] = comm.allreduce(counting.received)
+            declared[name] = sum(algorithm.received(comm.size, x.nbytes))
+    finally:
+        fresh.Free()
+    assert found == declared
