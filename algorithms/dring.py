@@ -141,21 +141,18 @@ def _plan(coll, count, dtype, order, collective="allreduce", spare=False):
 
 def _run(coll, steps, right, left, vectors):
     """Both rings' steps (:func:`_plan`) on ``vectors`` (indexed as :data:`INPUT` ...): at each,
-    both receives and both sends posted at once, each received piece reduced as it lands."""
-    isend, irecv, combine, scratch = coll.isend, coll.irecv, coll.combine, coll.scratch
+    both receives and both sends posted at once, each received piece reduced as it lands
+    (:meth:`Collective.irecv_combine`: straight from the slot within a node)."""
+    isend, irecv, irecv_combine = coll.isend, coll.irecv, coll.irecv_combine
     given = vectors[INPUT]
-    dtype = given.dtype
     for reducing, (f_vec, f_out, f_into, f_in, f_acc), (b_vec, b_out, b_into, b_in, b_acc) in steps:
         f_target, b_target = vectors[f_into][f_in], vectors[b_into][b_in]
-        if reducing:
-            f_buf = scratch(dtype, f_in.stop - f_in.start, "dring-forward")
-            b_buf = scratch(dtype, b_in.stop - b_in.start, "dring-backward")
-            f_recv, b_recv = irecv(f_buf, left), irecv(b_buf, right)
+        if reducing:  # each target a chunk neither ring sends at this step
+            f_recv = irecv_combine(given[f_acc], left, f_target, "dring-forward")
+            b_recv = irecv_combine(given[b_acc], right, b_target, "dring-backward")
             sends = isend(vectors[f_vec][f_out], right), isend(vectors[b_vec][b_out], left)
             f_recv.Wait()
-            combine(given[f_acc], f_buf, f_target)
             b_recv.Wait()
-            combine(given[b_acc], b_buf, b_target)
         else:
             f_recv, b_recv = irecv(f_target, left), irecv(b_target, right)
             sends = isend(vectors[f_vec][f_out], right), isend(vectors[b_vec][b_out], left)

@@ -2,7 +2,8 @@
 the root reduces the N-1 vectors it receives and sends the result back to each.
 
 The root moves 2(N-1)M bytes, so T ~ 2(N-1)(alpha + M/beta). Workers send in
-segments (:func:`layout.segment_offsets`), so the root needs one segment of workspace.
+segments (:func:`layout.segment_offsets`); the root reduces each as it arrives
+(:meth:`Collective.recv_combine`), so it needs at most one segment of workspace.
 """
 
 import numpy as np
@@ -21,14 +22,11 @@ def allreduce(coll, sendbuf, recvbuf):
         coll.recv(recvbuf, ROOT)
         return
     coll.start_in(sendbuf, recvbuf)
-    incoming_all = coll.scratch(recvbuf.dtype, cuts[1], "ps-in")
     workers = range(1, coll.size)
     for k in range(len(cuts) - 1):
         partial = recvbuf[cuts[k]:cuts[k + 1]]
-        incoming = incoming_all[: partial.size]
         for source in workers:
-            coll.recv(incoming, source)
-            coll.combine(partial, incoming, partial)
+            coll.recv_combine(partial, source, partial)  # straight from the slot within a node
     for dest in workers:
         coll.send(recvbuf, dest)
 

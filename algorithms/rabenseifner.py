@@ -137,9 +137,9 @@ def _reducer(coll, dtype, rounds, read=0, write=0):
     """``reduce(current, out)``: the k-1 rounds of one halving step, piece by piece, reducing the
     parts received into this core's part of ``current`` and writing it to ``out``; element i of
     the vector is ``current[i - read]`` and ``out[i - write]`` (0, 0: both whole-length). Radix 2:
-    the step's exchange of each piece, bound once (:meth:`Collective.exchange`); else every receive
-    and send posted at once and the parts reduced in round order."""
-    combine = coll.combine
+    the step's exchange of each piece, bound once (:meth:`Collective.exchange`); else every send
+    posted at once, then the parts received and reduced in round order, each as it arrives
+    (:meth:`Collective.recv_combine`)."""
     if len(rounds) == 1:
         outs, dest, intos, source = rounds[0]
         paired = tuple(zip(
@@ -150,19 +150,16 @@ def _reducer(coll, dtype, rounds, read=0, write=0):
             for exchange, sent, into, target in paired:
                 exchange(current[sent], current[into], out[target])
         return reduce
-    isend, irecv = coll.isend, coll.irecv
+    isend, recv_combine = coll.isend, coll.recv_combine
     rounds = tuple((_shifted(outs, read), dest, intos, source) for outs, dest, intos, source in rounds)
     kept, targets = _shifted(rounds[0][2], read), _shifted(rounds[0][2], write)
 
     def reduce(current, out):
-        for j, into in enumerate(rounds[0][2]):
-            incoming = [coll.scratch(dtype, into.stop - into.start, f"rabenseifner-{t}") for t in range(len(rounds))]
-            receives = [irecv(buf, source) for buf, (_, _, _, source) in zip(incoming, rounds)]
+        for j in range(len(rounds[0][2])):
             sends = [isend(current[outs[j]], dest) for outs, dest, _, _ in rounds]
             acc, target = current[kept[j]], out[targets[j]]
-            for buf, request in zip(incoming, receives):
-                request.Wait()
-                combine(acc, buf, target)
+            for _, _, _, source in rounds:  # in round order, each straight from its slot within a node
+                recv_combine(acc, source, target)
                 acc = target
             for request in sends:
                 request.Wait()

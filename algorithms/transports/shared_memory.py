@@ -103,17 +103,17 @@ class SharedMemoryTransport:
                                                queue), queue)
         return self._queued(ShmSend(self.box, peer, raw, queue), queue)
 
-    def _start_recv(self, size, source, deliver, into=None):
+    def _start_recv(self, size, source, deliver, into=None, slot="shm-via-mpi"):
         """Receive ``size`` bytes from ``source`` through the mailboxes, handing them to
-        ``deliver``; a message that follows through MPI lands in ``into`` (or scratch, then
-        ``deliver``)."""
+        ``deliver``; a message that follows through MPI lands in ``into`` (or scratch ``slot``,
+        then ``deliver``)."""
         peer = self._node_rank(source, size)
         queue = self._queue(self.incoming, peer)
 
         def by_mpi():
             if into is not None:
                 return self.mpi.irecv(into, source), None
-            staged = self.workspace.get(self.xp, np.uint8, size, "shm-via-mpi")
+            staged = self.workspace.get(self.xp, np.uint8, size, slot)
             return self.mpi.irecv(staged, source), staged
         return self._queued(ShmRecv(self.box, peer, size, deliver, queue, by_mpi), queue)
 
@@ -343,6 +343,15 @@ class SharedMemoryTransport:
             combine(acc, incoming, out)
         else:
             self.wait(self._start_recv(size, source, reducer(acc, out, combine)))
+
+    def irecv_combine(self, acc, source, out, combine, slot):
+        """Start receiving a vector like ``acc`` from ``source`` and reducing it into ``out =
+        combine(acc, received)`` piece by piece, straight from the slots, as the pieces arrive
+        (its handle's ``Wait()`` ends it); None, with nothing started, where the message goes
+        through MPI (the caller receives it into scratch ``slot``)."""
+        if self._node_rank(source, acc.nbytes) is None:
+            return None
+        return Handle(self, self._start_recv(acc.nbytes, source, reducer(acc, out, combine), slot=slot))
 
     def _exchange_in_place(self, sendbuf, dest, size, source, deliver, into=None):
         """The fast path of a blocking exchange whose send is a registered vector over one slot,
