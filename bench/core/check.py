@@ -88,8 +88,8 @@ def check_expected(dtype, op, count, size):
         else:
             base = sum(r % 4 for r in range(size))
             total = np.array([base + size * k for k in range(3)], dtype=np.int64)
-        if op == "avg":
-            return _repeated(np.divide(total.astype(dtype), size).astype(dtype), count)
+        if op == "avg":  # the exact quotient rounded once to the type (float64 rounds it innocuously)
+            return _repeated((total.astype(dtype).astype(np.float64) / size).astype(dtype), count)
         return periodic(total, count, dtype)
     if op == "prod":
         return np.full(count, 2, dtype=dtype)

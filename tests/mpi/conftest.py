@@ -60,15 +60,15 @@ def numpy_reference(dtype, op, count, size, salt=0):
     and kept for the next algorithm checked against it (building it takes N inputs, which at
     8 ranks on 2 cores was most of the correctness suite's time). 64 cases: every op and
     count of one dtype. bfloat16 and fp8: reduced in float64, then rounded to the type once
-    (exact: the inputs' partial results are all in the type); avg: that sum divided by N in
-    the type, avg's definition (algorithms.ops)."""
+    (exact: the inputs' partial results are all in the type); avg: that sum divided by N,
+    rounded once to the type, avg's definition (algorithms.ops)."""
     ufunc = {"sum": np.add, "avg": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}[op]
     if np.dtype(dtype) in LOW_PRECISION:
         wide = functools.reduce(lambda a, b: ufunc(a, b), (rank_input(dtype, op, count, r, size, salt).astype(np.float64)
                                                            for r in range(size)))
         result = wide.astype(dtype)
-        if op == "avg":
-            result = np.divide(result, size)
+        if op == "avg":  # the quotient rounded once to the type (float64 rounds it innocuously)
+            result = (result.astype(np.float64) / size).astype(dtype)
         result.flags.writeable = False
         return result
     result = rank_input(dtype, op, count, 0, size, salt)
