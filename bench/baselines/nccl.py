@@ -58,17 +58,71 @@ def environment_for(argv, env):
     return wanted
 
 
+def local_facts():
+    """``(problem, PCI bus id)`` of this rank: why it cannot run NCCL (text; None where it can),
+    and the bus id of its GPU (None where it has none). CuPy imports ``cupy.cuda.nccl`` even
+    without NCCL's library, saying so only in ``available``: that is checked here, on every
+    rank, not found out by rank 0 alone while the others wait."""
+    try:
+        import cupy
+        from cupy.cuda import nccl
+    except Exception as exc:  # ImportError, CUDA driver errors
+        return f"--algo nccl needs CuPy with NCCL and a GPU: {type(exc).__name__}: {exc}", None
+    if not getattr(nccl, "available", False) or not hasattr(nccl, "get_unique_id"):
+        return ("--algo nccl: CuPy cannot load NCCL's library (libnccl.so.2; pip install nvidia-nccl-cu12 or "
+                "nvidia-nccl-cu13, as CuPy's CUDA version)"), None
+    try:
+        return None, cupy.cuda.runtime.deviceGetPCIBusId(cupy.cuda.Device().id)
+    except Exception as exc:  # CUDA driver errors
+        return f"--algo nccl needs a GPU: {type(exc).__name__}: {exc}", None
+
+
+def judge(comm, problem, bus_id):
+    """Raise :class:`Unavailable` on every rank of ``comm`` with one message when any rank has a
+    ``problem``, or when two ranks of one node drive the same GPU (the same PCI ``bus_id``: NCCL
+    puts no two ranks of a communicator on one GPU). The bus ids, not each rank's count of GPUs,
+    tell: a rank that sees one GPU (``CUDA_VISIBLE_DEVICES`` per task, Slurm's
+    ``--gpus-per-task=1``) has its own. Collective."""
+    from mpi4py import MPI  # once MPI runs: this module is read before MPI starts (module docstring)
+
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        members = node.allgather((comm.Get_rank(), bus_id))
+    finally:
+        node.Free()
+    if problem is None:
+        ranks_on = {}
+        for rank, bus in members:
+            if bus is not None:
+                ranks_on.setdefault(bus, []).append(rank)
+        shared = next(((bus, ranks) for bus, ranks in ranks_on.items() if len(ranks) > 1), None)
+        if shared is not None:
+            bus, ranks = shared
+            problem = (f"--algo nccl needs one GPU per rank: ranks {', '.join(map(str, ranks))} drive the GPU at PCI "
+                       f"{bus} (NCCL refuses two ranks of one communicator on one GPU)")
+    raise_together(comm, problem, Unavailable)
+
+
+def in_place_chunk(whole, rank, count):
+    """Rank ``rank``'s chunk of ``count`` elements of the whole vector ``whole``: where NCCL's in-place
+    reduce-scatter leaves its result and where its in-place all-gather finds its input
+    (``recvbuff == sendbuff + rank * recvcount``)."""
+    return whole[rank * count:(rank + 1) * count]
+
+
 class NcclBaseline(Baseline):
     """NCCL's own collectives (``cupy.cuda.nccl``), one communicator over every rank. Needs one GPU
-    per rank: ranks sharing a GPU cannot form an NCCL communicator."""
+    per rank: ranks sharing a GPU cannot form an NCCL communicator. Calls are enqueued on CuPy's
+    current stream and timed as ours are (:func:`bench.core.timing.rule`)."""
 
     family = "nccl"
     help = (f"nccl (NCCL, --device gpu; nccl:ALGO/PROTO: NCCL told its algorithm ({','.join(NCCL_ALGOS)}) and "
             f"protocol ({','.join(PROTOCOLS)}), one pair per run)")
     _OPS = {"sum": "NCCL_SUM", "prod": "NCCL_PROD", "max": "NCCL_MAX", "min": "NCCL_MIN", "avg": "NCCL_AVG"}
-    _TYPES = {"int8": "NCCL_INT8", "uint8": "NCCL_UINT8", "int32": "NCCL_INT32", "uint32": "NCCL_UINT32",
-              "int64": "NCCL_INT64", "uint64": "NCCL_UINT64", "float16": "NCCL_FLOAT16",
-              "float32": "NCCL_FLOAT32", "float64": "NCCL_FLOAT64"}
+    #: NumPy's name -> ncclDataType_t (NCCL 2.10+; bfloat16 is CuPy 14's ml_dtypes.bfloat16 on the device)
+    TYPES = {"int8": 0, "uint8": 1, "int32": 2, "uint32": 3, "int64": 4, "uint64": 5, "float16": 6, "float32": 7,
+             "float64": 8, "bfloat16": 9}
+    comm = None
 
     def names(self, collective):
         return ["nccl", *NAMES]
@@ -82,6 +136,11 @@ class NcclBaseline(Baseline):
     def environment(self, argv, env):
         return environment_for(argv, env)
 
+    def lacks(self, name, dtype):
+        if dtype.name in self.TYPES:
+            return None
+        return f"NCCL has no {dtype.name} type; it reduces {', '.join(self.TYPES)}"
+
     def check(self, args, chosen):
         forced = [a for a in chosen if a.startswith(PREFIX)]
         if forced and (len(set(forced)) > 1 or "nccl" in chosen
@@ -94,50 +153,47 @@ class NcclBaseline(Baseline):
         return None
 
     def start(self, comm):
-        from mpi4py import MPI  # once MPI runs: this module is read before MPI starts (module docstring)
+        """Every rank's facts judged together (:func:`judge`), then NCCL's communicator. A failure
+        inside NCCL's own initialisation on one rank leaves the others in it, as in nccl-tests;
+        ``-T`` ends such a run."""
+        problem, bus_id = local_facts()
+        judge(comm, problem, bus_id)
+        import cupy
+        from cupy.cuda import nccl
 
-        problem, count = None, 0
-        try:
-            import cupy
-            from cupy.cuda import nccl
-
-            count = cupy.cuda.runtime.getDeviceCount()
-        except Exception as exc:  # ImportError, CUDA driver errors
-            problem = f"--algo nccl needs CuPy with NCCL and a GPU: {exc}"
-        local = comm.Split_type(MPI.COMM_TYPE_SHARED)
-        sharing = local.Get_size() > count
-        local.Free()
-        if problem is None and sharing:
-            problem = f"--algo nccl needs one GPU per rank, but {count} GPU(s) serve more ranks on one node"
+        uid = problem = None
+        if comm.Get_rank() == 0:
+            try:
+                uid = nccl.get_unique_id()
+            except Exception as exc:  # NcclError
+                problem = f"NCCL: {exc}"
         raise_together(comm, problem, Unavailable)
-        uid = nccl.get_unique_id() if comm.Get_rank() == 0 else None
-        self.nccl, self.cupy, self.size = nccl, cupy, comm.Get_size()
-        self.comm = nccl.NcclCommunicator(comm.Get_size(), comm.bcast(uid), comm.Get_rank())
+        self.nccl, self.cupy, self.rank, self.size = nccl, cupy, comm.Get_rank(), comm.Get_size()
+        self.comm = nccl.NcclCommunicator(self.size, comm.bcast(uid), self.rank)
 
     def runner(self, spec, name, comm, op):
-        collective, nccl, stream = spec.name, self.nccl, self.cupy.cuda.get_current_stream()
-
-        def dtype_of(buf):
-            found = self._TYPES.get(buf.dtype.name)
-            if found is None:
-                raise Unavailable(f"NCCL has no {buf.dtype.name}")
-            return getattr(nccl, found)
+        """``run(send, recv, check=False)``: the call enqueued on the current stream, which only a
+        check (``check=True``) waits for; in place NCCL's way (:func:`in_place_chunk`)."""
+        collective, cupy, rank, size = spec.name, self.cupy, self.rank, self.size
+        reduce_op = self._OPS.get(op) and getattr(self.nccl, self._OPS[op])
 
         def run(send, recv, check=False):
+            stream = cupy.cuda.get_current_stream()
             out = recv
             if collective == "allreduce":
-                self.comm.allReduce(send.data.ptr, recv.data.ptr, send.size, dtype_of(send),
-                                    getattr(nccl, self._OPS[op]), stream.ptr)
+                self.comm.allReduce(send.data.ptr, recv.data.ptr, send.size, self.TYPES[send.dtype.name], reduce_op,
+                                    stream.ptr)
             elif collective == "reducescatter":
-                per = send.size // self.size
-                out = send[:per] if recv is send else recv
-                self.comm.reduceScatter(send.data.ptr, out.data.ptr, per, dtype_of(send),
-                                        getattr(nccl, self._OPS[op]), stream.ptr)
+                per = send.size // size
+                out = in_place_chunk(send, rank, per) if recv is send else recv
+                self.comm.reduceScatter(send.data.ptr, out.data.ptr, per, self.TYPES[send.dtype.name], reduce_op,
+                                        stream.ptr)
             else:
-                per = recv.size // self.size
-                src = recv[self.comm.rank_id() * per:] if recv is send else send
-                self.comm.allGather(src.data.ptr, recv.data.ptr, per, dtype_of(recv), stream.ptr)
-            stream.synchronize()
+                per = recv.size // size
+                source = in_place_chunk(recv, rank, per) if recv is send else send
+                self.comm.allGather(source.data.ptr, recv.data.ptr, per, self.TYPES[recv.dtype.name], stream.ptr)
+            if check:
+                stream.synchronize()
             return out
         return run
 
@@ -145,3 +201,8 @@ class NcclBaseline(Baseline):
         if name.startswith(PREFIX):
             return "NCCL told " + " ".join(f"{k}={os.environ.get(k)}" for k in ("NCCL_ALGO", "NCCL_PROTO"))
         return "NCCL"
+
+    def close(self):
+        if self.comm is not None:
+            self.comm.destroy()
+            self.comm = None
