@@ -16,4 +16,14 @@ class Mpi4pyBaseline(LibraryBaseline):
             "included; avg: MPI_SUM, divided by the rank count after every call)")
 
     def runner(self, spec, name, comm, op):
-        return spec.run_mpi(comm, op)
+        from algorithms.device import settle_for  # once MPI runs (bench.baselines.base)
+        from algorithms.transports.mpi import mpi_is_cuda_aware
+
+        run = spec.run_mpi(comm, op)
+        if not mpi_is_cuda_aware():  # host buffers only: nothing queued on a device
+            return run
+
+        def settled(send, recv, check=False):
+            settle_for(send)  # MPI does not order itself after the device's queued work
+            return run(send, recv, check)
+        return settled

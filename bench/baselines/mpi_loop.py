@@ -49,6 +49,7 @@ class CompiledLoop:
         in C; ``run.loop`` the timed loop."""
         from mpi4py import MPI  # once MPI runs (bench.baselines.base)
 
+        from algorithms.device import settle_for
         from algorithms.native import MPI_OPS
 
         kind, size, function, seconds = KINDS[spec.name], comm.Get_size(), self.function, self.seconds
@@ -60,6 +61,7 @@ class CompiledLoop:
                 if per_iteration.dtype.name != "float64" or per_iteration.size < iters:
                     raise ValueError(f"per_iteration must hold {iters} float64 values")
                 times = address(per_iteration)
+            settle_for(send)  # device memory: MPI does not order itself after the device's queued work
             error = function(kind, comm_handle, MPI._typedict[recv.dtype.char].py2f(), op_handle, address(send),
                              address(recv), spec.mpi_count(send, recv, size), recv is send, iters, agg,
                              bool(blocking), times, seconds)

@@ -24,6 +24,7 @@ from mpi4py import MPI
 
 import algorithms
 from algorithms.arrays import array_module
+from algorithms.device import steps
 from algorithms.dtypes import nccl_name
 from algorithms.ops import kernels_text
 from plumbing.ending import end_job, fail_together, uncut
@@ -42,7 +43,7 @@ from .machine import describe, oversubscription
 from .memory import bytes_needed, check_memory, check_registered_room, reset_peak, resident_bytes, usage_line
 from .options import PROG, launched_alone, parse_args, runs
 from .startup import tuning_problem
-from .timing import AGGREGATIONS, aggregate, interleaved, iteration_stats, time_calls
+from .timing import AGGREGATIONS, aggregate, interleaved, iteration_stats, rule, time_calls
 
 
 def malloc_mode():
@@ -99,7 +100,8 @@ def header_lines(comm, args, algo, device_lines, transport, crowded):
     if args.blocking:
         lines.append("# Blocking Enabled: barrier after each iteration, inside the timing")
     if args.per_iter_timing:
-        lines.append("# Per-Iteration Report: MPI_Wtime timing; i_* uses max over process rows"
+        lines.append(f"# Per-Iteration Report: {'CUDA event' if args.device == 'gpu' else 'host clock'} timing; "
+                     "i_* uses max over process rows"
                      + (f"; summary skips first {args.per_iter_skip} iterations" if args.per_iter_skip else ""))
     if crowded:
         lines.append(f"# Oversubscribed: {crowded}: times are not meaningful")
@@ -109,6 +111,7 @@ def header_lines(comm, args, algo, device_lines, transport, crowded):
         f"Hosts: {len({d['hostname'] for d in device_lines})}  Device: {args.device}  "
         f"Time aggregation: {AGGREGATIONS[args.average]}  MPI: {info['mpi']}  Threads: {info['thread_level']}",
         f"# Transport: {transport}",
+        f"# Timing: {rule(args.device == 'gpu')}",
         *([f"# Nodes: {hier_text(args.hier)}"] if algo == "hier" and args.hier else []),
         *(["# Buffers: registered (algorithms.alloc_registered; -R 1)"] if args.local_register else []),
         *([f"# Buffers: unaligned by {args.unalign} elements (-u)"] if args.unalign else []),
@@ -356,7 +359,7 @@ def open_results(args, argv, devices, size, spec, log, crowded):
         **({"hier": args.hier} if args.hier else {}),
     }
     run_info = {**describe(), "ranks": size, "hosts": sorted({d["hostname"] for d in devices}),
-                "collective": spec.name, "device": args.device,
+                "collective": spec.name, "device": args.device, "timing": rule(args.device == "gpu"),
                 "aggregation": AGGREGATIONS[args.average], "malloc": malloc_mode(),
                 "command": " ".join(["python -m bench", *argv]), "date": now()}
     return ResultsWriter(args.output_file, log, ["python -m bench", *argv], config, run_info)
@@ -401,7 +404,7 @@ def measure(comm, args, spec, runners, xp, dtype, op, nbytes, watchdog):
 def _measure(comm, args, spec, runners, xp, dtype, op, total, count, buffers, watchdog):
     """:func:`measure` on these buffers (every algorithm shares them): each algorithm checked
     and warmed up once, then ``args.rounds`` rounds of every algorithm's timed calls."""
-    settle = xp.cuda.get_current_stream().synchronize if xp is not np else None
+    device_steps = steps(xp)
     checked = {}
     for name, run in runners.items():
         watchdog.doing(f"{name} {dtype} {op} {total * np.dtype(dtype).itemsize} B")
@@ -419,7 +422,7 @@ def _measure(comm, args, spec, runners, xp, dtype, op, total, count, buffers, wa
             window = times[placement][index * args.iters:(index + 1) * args.iters] if times else None
             with np.errstate(all="ignore"):  # in-place timing re-reduces its own output: floats reach inf
                 seconds, host = time_calls(comm, lambda: run(s, r), args.iters, args.warmup_iters, bool(args.blocking),
-                                           window, settle, args.agg_iters, loop and functools.partial(loop, s, r))
+                                           window, device_steps, args.agg_iters, loop and functools.partial(loop, s, r))
             result[placement] = (aggregate(comm, seconds, args.average), aggregate(comm, host, args.average))
         return result
 

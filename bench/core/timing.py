@@ -1,17 +1,32 @@
-"""The timed loop, nccl-tests' way: warm up, then ``iters`` calls back to back, timed with
-``MPI.Wtime`` (or, for a runner with a compiled loop of its own, the ``mpi`` baseline's, in that
-loop); per-rank times combined across ranks as ``-a`` says; per-iteration times
-(``-I 1``) kept in a preallocated array. Nothing is allocated inside the timed loop.
-:func:`timed` runs several candidates in turns of that loop, round after round, and keeps every
-round's time (``bench perf``, ``bench tune``)."""
+"""The timed loop, nccl-tests' way: warm up, then ``iters`` calls back to back, timed by one rule
+for every buffer and every candidate (:func:`rule`; docs/gpu.md, "Timing"): on host buffers by
+the host's monotonic clock, on device buffers by CUDA events on the current stream, the calls
+enqueued back to back and the stream waited for once at the end (or, for a runner with a
+compiled loop of its own, the ``mpi`` baseline's, in that loop); per-rank times combined across
+ranks as ``-a`` says; per-iteration times (``-I 1``) kept in a preallocated array. Nothing is
+allocated inside the timed loop. :func:`timed` runs several candidates in turns of that loop,
+round after round, and keeps every round's time (``bench perf``, ``bench tune``)."""
+
+import time
 
 import numpy as np
 from mpi4py import MPI
+
+from algorithms.device import steps as steps_of
 
 from ..formats.stats import median_interval, round_order
 
 #: -a: how per-rank times become one number.
 AGGREGATIONS = {0: "rank 0", 1: "mean", 2: "min", 3: "max"}
+HOST = steps_of(np)
+
+
+def rule(device):
+    """How a call is timed, in words, for the results header (``device``: device buffers)."""
+    if device:
+        return ("CUDA events on the current stream around the calls enqueued back to back after a barrier, "
+                "the stream waited for once at the end (nccl-tests' rule), for ours and the baselines alike")
+    return "the host's monotonic clock around the calls made back to back after a barrier"
 
 
 def aggregate(comm, seconds, how):
@@ -22,57 +37,63 @@ def aggregate(comm, seconds, how):
     return comm.allreduce(seconds, op=MPI.MIN if how == 2 else MPI.MAX)
 
 
-def time_calls(comm, call, iters, warmup, blocking=False, per_iteration=None, settle=None, agg=1, loop=None):
+def time_calls(comm, call, iters, warmup, blocking=False, per_iteration=None, steps=None, agg=1, loop=None):
     """(seconds per call, host seconds per call) on this rank: ``iters`` iterations of ``agg``
-    calls each (``-m``). The host time stops before the last wait for device work (``-C``:
-    nccl-tests' cputime; the same for host buffers). ``blocking`` adds a barrier after every
-    iteration (``-z 1``, inside the time); ``per_iteration`` (an array of ``iters``) receives
-    each iteration's time per call; ``settle()`` waits for queued device work (GPU buffers).
-    ``loop(iters, agg, blocking, per_iteration) -> (seconds, host seconds)``, where given, runs
-    the warm-up and the timed iterations in a compiled loop of its own, under the same rules."""
-    settle = settle or (lambda: None)
+    calls each (``-m``), by :func:`rule`: ``steps`` (:func:`algorithms.device.steps` of the
+    buffers; None for host buffers) gives the clock, and settles the device before the barrier that starts the timing.
+    The host time stops when the last call returns, before the wait for the device work it queued
+    (``-C``: nccl-tests' cputime; the same for host buffers). ``blocking`` adds a barrier after
+    every iteration (``-z 1``, inside the time); ``per_iteration`` (an array of ``iters``)
+    receives each iteration's time per call. ``loop(iters, agg, blocking, per_iteration) ->
+    (seconds, host seconds)``, where given, runs the warm-up and the timed iterations in a
+    compiled loop of its own, under the same rules (its own clock on host buffers)."""
     calls = max(iters, 1) * agg
+    steps = steps or HOST
+    clock = steps.clock()
     if loop is not None:
         if warmup:
             loop(warmup, 1, False, None)
-        settle()
+        steps.settle()
         comm.Barrier()
+        clock.start()
         total, host = loop(iters, agg, blocking, per_iteration)
-        settle()
-        return total / calls, host / calls
+        seconds = clock.stop()
+        return (seconds if steps.device else total) / calls, host / calls
     for _ in range(warmup):
         call()
-    settle()
+    steps.settle()
     comm.Barrier()
-    wtime = MPI.Wtime
+    now = time.perf_counter
     if per_iteration is None and not blocking:
-        start = wtime()
+        clock.start()
+        start = now()
         for _ in range(iters * agg):
             call()
-        issued = wtime()
-        settle()
-        return (wtime() - start) / calls, (issued - start) / calls
-    barrier = comm.Barrier if blocking else (lambda: None)
+        issued = now() - start
+        return clock.stop() / calls, issued / calls
     total = host = 0.0
     for i in range(iters):
-        start = wtime()
+        clock.start()
+        start = now()
         for _ in range(agg):
             call()
-        host += wtime() - start
-        settle()
-        barrier()
-        elapsed = wtime() - start
+        host += now() - start
+        if blocking:
+            steps.settle()
+            comm.Barrier()
+        elapsed = clock.stop()
         total += elapsed
         if per_iteration is not None:
             per_iteration[i] = elapsed / agg
     return total / calls, host / calls
 
 
-def timed(comm, calls, iters, warmup, repeats, most=None):
+def timed(comm, calls, iters, warmup, repeats, most=None, steps=None):
     """{name: [seconds per call in each of ``repeats`` rounds]} (mean over a round's iterations,
     max over ranks) for each of ``calls`` (name -> function; one with a ``loop`` attribute is
     timed through it, as :func:`time_calls` takes it); ``most`` caps the iterations of some
-    ({name: count}: a candidate a hundred times slower needs fewer to be timed as well). The
+    ({name: count}: a candidate a hundred times slower needs fewer to be timed as well);
+    ``steps``, the buffers' device steps, as :func:`time_calls` takes them. The
     candidates take turns within every round, in an order rotated by one each round
     (:func:`.stats.round_order`), so a noisy moment of a shared machine falls on all of them
     alike and no candidate always runs first; :func:`intervals` makes the medians. Each turn
@@ -83,7 +104,8 @@ def timed(comm, calls, iters, warmup, repeats, most=None):
         for name in round_order(calls, round_index):
             call = calls[name]
             count = min(iters, (most or {}).get(name, iters))
-            seconds, _ = time_calls(comm, call, count, min(warmup, count), loop=getattr(call, "loop", None))
+            seconds, _ = time_calls(comm, call, count, min(warmup, count), steps=steps,
+                                    loop=getattr(call, "loop", None))
             samples[name].append(comm.allreduce(seconds, op=MPI.MAX))
     return samples
 
