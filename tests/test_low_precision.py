@@ -1,6 +1,6 @@
 """bfloat16 and fp8 in the driver under a real mpiexec: nccl-tests' names, every op exact
-(#wrong 0) at 1-3 ranks, and what cannot reduce them (MPI, gloo's fp8, the GPU path) said in
-one line."""
+(#wrong 0) at 1-3 ranks, and what cannot reduce them (MPI, gloo's fp8, the GPU path's fp8) said
+in one line."""
 
 import json
 
@@ -58,12 +58,15 @@ def test_with_every_type_mpi_and_gloo_skip_what_they_lack_and_run_the_rest():
     assert types.count("bfloat16") == 2 and types.count("f8e4m3") == 1 and types.count("float") == 3, proc.stdout
 
 
-def test_the_gpu_path_refuses_low_precision_in_one_line():
-    proc = run_mpi(1, ["-m", "bench", "--device", "gpu", "-d", "bf16", "--log", "none"], timeout=60)
-    assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines()[-1] == (
-        "python -m bench: error: -d bf16 needs --device cpu: CuPy has no bfloat16 arrays, so the GPU path cannot "
-        "hold them (a GPU run has yet to verify one)")
+@pytest.mark.parametrize("name,dtype", [("f8e4m3", "float8_e4m3fn"), ("f8e5m2", "float8_e5m2")])
+def test_the_gpu_path_refuses_fp8_in_one_line_before_looking_for_a_gpu(name, dtype):
+    """fp8 has no CuPy arrays and no kernel of ours: refused on a machine with or without a GPU
+    (bfloat16 runs on the device where CuPy holds it: tests/test_bf16_kernel.py, tests/mpi/test_gpu.py)."""
+    proc = run_mpi(1, ["-m", "bench", "--device", "gpu", "-d", name, "--log", "none"], timeout=60)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"python -m bench: error: -d {name} needs --device cpu: CuPy has no {dtype} arrays, and no kernel of this "
+        f"suite reduces {dtype} on the device"]
 
 
 def test_tune_writes_a_bfloat16_table_without_native(tmp_path):

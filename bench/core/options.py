@@ -13,6 +13,7 @@ from mpi4py import MPI
 
 import algorithms
 from algorithms.hier import layout_of
+from algorithms.device import lacks as device_lacks
 from algorithms.dtypes import BY_NAME, TYPES
 from algorithms.ops import is_floating
 from algorithms.settings import agree_settings
@@ -90,8 +91,9 @@ def build_parser(epilog=""):
     what.add_argument("-o", "--op", default="sum", choices=[*algorithms.OPS, "all"],
                       help="reduction op, or all")
     what.add_argument("-d", "--datatype", default="float",
-                      help=f"{type_choices()}, or all (--device gpu: every type CuPy has, which are not "
-                           f"{', '.join(t.nccl for t in TYPES if not t.gpu)}); bfloat16 and fp8 reduce in their own "
+                      help=f"{type_choices()}, or all (--device gpu: every type the GPU path reduces, which are not "
+                           f"{', '.join(t.nccl for t in TYPES if not t.gpu)}, and bfloat16 only where CuPy holds it, "
+                           "14 and newer); bfloat16 and fp8 reduce in their own "
                            "arithmetic (each result rounded to the type), on inputs whose every partial sum the type "
                            "holds")
     what.add_argument("-r", "--root", type=int, default=0,
@@ -231,13 +233,16 @@ def parse_args(argv, epilog=""):
     if args.local_register and args.device != "cpu":
         p.error("-R 1 needs --device cpu: registered vectors are host memory")
     wanted = BY_NAME.get(args.datatype)
-    if args.device == "gpu" and wanted is not None and not wanted.gpu:
-        p.error(f"-d {args.datatype} needs --device cpu: CuPy has no {wanted.name} arrays, so the GPU path cannot "
-                "hold them (a GPU run has yet to verify one)")
+    if args.device == "gpu" and wanted is not None and not wanted.gpu:  # said before looking for a GPU
+        p.error(f"-d {args.datatype} needs --device cpu: {device_lacks(wanted.dtype)}")
+    held = None
     if args.device == "gpu":
         problem = first_problem(comm, gpu_problem())
         if problem:
             p.error(problem)
+        held = [t.name for t in TYPES if all(comm.allgather(device_lacks(t.dtype) is None))]
+        if wanted is not None and wanted.name not in held:
+            p.error(f"-d {args.datatype} needs --device cpu: {first_problem(comm, device_lacks(wanted.dtype))}")
     args.cuda_aware = args.device != "gpu" or algorithms.mpi_is_cuda_aware()
     names = [a for a in args.algo.split(",") if a]
     unknown = [a for a in names if a not in known and args.algo != "all"]
@@ -259,7 +264,7 @@ def parse_args(argv, epilog=""):
         except ValueError as exc:  # the same on every rank: the map is agreed on
             p.error(str(exc))
     if args.datatype == "all":
-        args.dtypes = [t.name for t in TYPES if args.device == "cpu" or t.gpu]
+        args.dtypes = [t.name for t in TYPES] if held is None else held
     elif wanted is not None:
         args.dtypes = [wanted.name]
     else:
