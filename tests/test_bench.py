@@ -662,31 +662,83 @@ def test_steady_state_counts_what_a_call_keeps_not_what_the_collector_frees(monk
     assert (found["retained"] >= 50 * 100) == retained and (found["retained"] == 0) == (not retained), found
 
 
-def test_gpu_check_script_on_numpy_buffers(tmp_path):
-    """bench/gpu_check.sh end to end with DEVICE=cpu (NumPy buffers; transports shm, staged,
-    direct): every rank count, transport and algorithm checked and swept, merged into .json/.md."""
-    env = {**os.environ, "DEVICE": "cpu", "PYTHON": sys.executable, "RANKS": "2 3", "MIN_BYTES": "64K",
-           "MAX_BYTES": "64K", "LARGEST_COUNT": "5000"}
+def test_gpu_check_script_installs_its_wheels_offline_and_runs_on_numpy_buffers(tmp_path):
+    """bench/gpu_check.sh as on a GPU machine with no mpiexec and no network, on NumPy buffers
+    (DEVICE=cpu): the mpich and mpi4py wheels that bench/gpu_wheels.sh fetches, installed from that
+    folder offline, then every part within its share of the time limit, merged into .json/.md:
+    every algorithm checked on every transport, swept beside its bound, NCCL's refusal said."""
+    wheels = tmp_path / "wheels"
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    fetch = subprocess.run(["bash", "bench/gpu_wheels.sh", str(wheels)], cwd=ROOT, capture_output=True, text=True,
+                           env={**os.environ, "PYTHON": sys.executable, "PYTHON_VERSION": version}, timeout=300)
+    assert fetch.returncode == 0, fetch.stdout + fetch.stderr
+    bare = tmp_path / "bin"  # a python with no mpiexec beside it, and none on PATH
+    bare.mkdir()
+    (bare / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    (bare / "python").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bare}:/usr/bin:/bin", "DEVICE": "cpu", "PYTHON": str(bare / "python"),
+           "WHEELS": str(wheels), "RANKS": "2 3", "TIME_LIMIT": "50", "MIN_BYTES": "64K", "MAX_BYTES": "256K",
+           "LARGEST_COUNT": "5003"}
+    assert shutil.which("mpiexec", path=env["PATH"]) is None
     proc = subprocess.run(["bash", "bench/gpu_check.sh", str(tmp_path / "gpu-host")], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "== no mpiexec: installing mpich and mpi4py from" in proc.stdout
     data = json.loads((tmp_path / "gpu-host.json").read_text())
-    assert data["total_wrong"] == 0 and [p["ranks"] for p in data["parts"]] == [2, 3]
-    algos = {"ps", "ring", "bamring", "dring", "tree", "bamtree", "kmtree", "dbtree", "rd", "rabenseifner", "hier", "oneshot", "twoshot"}
-    for part in data["parts"]:
-        assert [r["transport"] for r in part["runs"]] == ["shm", "staged", "direct"]
-        for run in part["runs"]:
-            assert set(run["wrong"]) == algos and run["description"]
-            assert {(r["algorithm"], r["bytes"]) for r in run["sweep"]} == {(a, 65536) for a in algos}
-            assert all(r["busbw_GBps"] > 0 for r in run["sweep"])
-    assert [r["bytes"] for r in data["copy"]] == [65536] and all(r["d2d_GBps"] > 0 for r in data["copy"])
+    parts = {(p["part"], p["ranks"]): p for p in data["parts"]}
+    assert set(parts) == {("copy", 1), ("check", 2), ("check", 3), ("sanitize", 2), ("busbw", 2), ("busbw", 3),
+                          ("nccl", 2)}
+    assert data["total_wrong"] == 0 and data["copy_GBps"] > 0
+    algos = {"ps", "ring", "bamring", "dring", "tree", "bamtree", "kmtree", "dbtree", "rd", "rabenseifner", "hier",
+             "oneshot", "twoshot"}
+    check = parts["check", 2]
+    assert [r["transport"] for r in check["runs"]] == ["shm", "staged", "direct"]
+    for run in check["runs"]:  # the first tier at least: float32 sum, two counts, in and out of place
+        assert set(run["checked"]) == algos and min(run["checked"].values()) >= 4 and run["description"]
+    busbw = parts["busbw", 2]
+    assert [r["transport"] for r in busbw["runs"]] == ["shm", "staged"]
+    for run in busbw["runs"]:
+        at_64k = {r["algorithm"]: r for r in run["rows"] if r["bytes"] == 65536}
+        assert set(at_64k) == algos
+        for row in at_64k.values():
+            low, high = row["busbw_ci_GBps"]
+            assert 0 < low <= row["busbw_GBps"] <= high and row["bound_busbw_GBps"] > 0
+    assert parts["nccl", 2]["unavailable"].startswith("--algo nccl needs CuPy with NCCL and a GPU")
+    assert parts["sanitize", 2]["note"] == "not checked: no GPU"
     text = (tmp_path / "gpu-host.md").read_text()
-    assert "| ring | staged |" in text and "Wrong elements in all: 0." in text
+    for heading in ("## Copy rates", "## Correctness, 2 ranks", "## busbw, 3 ranks", "## NCCL, 2 ranks",
+                    "## compute-sanitizer"):
+        assert heading in text, heading
+    assert "Wrong elements in all: 0." in text
+
+
+def test_a_gpu_check_part_cut_off_keeps_what_it_measured(tmp_path):
+    """A part killed before its end (SIGTERM, as bench/gpu_check.sh's timeout sends it), here once
+    its first tier is saved, leaves its file as of its last step: the cases checked so far,
+    marked incomplete."""
+    out = tmp_path / "check-2.json"
+    proc = subprocess.Popen([mpiexec(), "-n", "2", sys.executable, "-m", "bench.gpu_check", "--part", "check",
+                             "--device", "cpu", "--output", str(out), "--until", str(time.time() + 600),
+                             "--largest-count", "40000000"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def first_tier_saved():
+        runs = json.loads(out.read_text()).get("runs", []) if out.exists() else []
+        return bool(runs) and all(min(run["checked"].values()) >= 4 for run in runs)
+
+    deadline = time.time() + 120
+    while not first_tier_saved() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode != 0, stdout.decode() + stderr.decode()
+    part = json.loads(out.read_text())
+    assert part["complete"] is False and part["part"] == "check" and part["ranks"] == 2
+    assert all(min(run["checked"].values()) >= 4 for run in part["runs"]), part
 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="no NVIDIA GPU here: bench/gpu_check.sh runs on the device machine")
 def test_gpu_check_script_on_a_gpu(tmp_path):
-    env = {**os.environ, "PYTHON": sys.executable, "RANKS": "2", "MIN_BYTES": "1M", "MAX_BYTES": "4M",
+    env = {**os.environ, "PYTHON": sys.executable, "RANKS": "2", "TIME_LIMIT": "120", "MAX_BYTES": "16M",
            "LARGEST_COUNT": "100000"}
     proc = subprocess.run(["bash", "bench/gpu_check.sh", str(tmp_path / "gpu")], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
@@ -868,7 +920,7 @@ def test_tune_tables_the_halves_beside_the_allreduce(tmp_path):
             assert "ps" not in rule["order"]  # the parameter server has no halves of its own
         picks = auto_picks(2, sizes, {"ALLREDUCE_TUNING_FILE": str(out)}, collective)
         assert picks == {rule["measured_bytes"]: rule["order"][0] for rule in rules}
-    assert f"# reduce_scatter float32 sum, 2 ranks" in proc.stdout and "# all_gather float32, 2 ranks" in proc.stdout
+    assert "# reduce_scatter float32 sum, 2 ranks" in proc.stdout and "# all_gather float32, 2 ranks" in proc.stdout
 
 
 def test_tune_keeps_a_given_tables_choices_unless_beaten(tmp_path):

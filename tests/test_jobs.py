@@ -14,7 +14,7 @@ from conftest import ROOT
 
 JOBS = ROOT / "jobs"
 SCRIPTS = sorted([*JOBS.glob("*.sh"), *JOBS.glob("slurm/*.sbatch"), *JOBS.glob("cluster/*.sh"), *JOBS.glob("lab/*.sh"),
-                  ROOT / "bench" / "gpu_check.sh"])
+                  ROOT / "bench" / "gpu_check.sh", ROOT / "bench" / "gpu_wheels.sh"])
 VENV = Path(sys.executable).parent.parent  # the venv these tests run in
 IN_CI = os.environ.get("CI") == "true"
 

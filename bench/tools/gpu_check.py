@@ -1,254 +1,361 @@
-"""The prepared GPU check (``bench/gpu_check.sh``): every algorithm on device buffers, each
-transport, against the device's own copy bandwidth.
+"""The prepared GPU check's parts (``bench/gpu_check.sh`` runs them, each under its own time limit).
 
-``mpiexec -n N python -m bench.gpu_check --part FILE`` runs one rank count:
+``mpiexec -n N python -m bench.gpu_check --part KIND --until EPOCH --output FILE`` runs one part
+and has rank 0 rewrite FILE (JSON) after every step, so a part that its limit cuts off leaves
+what it measured; each part sizes its work from the time left (``--until``, the wall-clock
+second by which it must be done), never from a fixed sweep:
 
-* correctness: every algorithm, every op on float32 and ``sum`` on every dtype, in and out of
-  place, counts 0, 1, N+1, a prime and about a million, for each transport (CUDA IPC within
-  the node, staged through pinned host memory, CUDA-aware MPI when the library is), each
-  result compared bit for bit with its closed-form value (``bench.core.check``);
-* a busbw sweep of every algorithm and transport, and of NCCL when every rank has its own
-  GPU (otherwise the reason it cannot run), from ``--min-bytes`` to ``--max-bytes``;
-* the device-to-device copy bandwidth (and host<->device through pinned memory) on rank 0,
-  the physical references.
+* ``copy`` (1 rank): the device copy's rate (device to device, and to and from pinned host
+  memory), the reference of the one-GPU bound (:mod:`topology.model.one_device`);
+* ``check``: every algorithm on every transport (CUDA IPC within the node, staged through pinned
+  host memory, CUDA-aware MPI where the library is), in tiers, each result compared bit for bit
+  with its closed-form value (:mod:`bench.core.check`): float32 sum first, then every op, every
+  dtype the GPU path reduces, counts 0 and 1, then the largest count;
+* ``sanitize``: one small case (ring and tree, CUDA IPC and staged) for ``compute-sanitizer``,
+  which the script runs it under;
+* ``busbw``: every algorithm on CUDA IPC and staged transports, sizes from ``--min-bytes`` up by
+  4x while time is left, each size in interleaved rounds timed by the suite's one rule
+  (:func:`bench.core.timing.rule`);
+* ``nccl``: NCCL's all-reduce at one rank per GPU, or why it cannot run (it refuses two ranks on
+  one GPU).
 
-``python -m bench.gpu_check --merge PART... -o PREFIX`` writes ``PREFIX.json`` and
-``PREFIX.md``. ``--device cpu`` runs the same on NumPy buffers (transports shm, staged,
-direct), so the check itself is tested on machines without a GPU.
+``python -m bench.gpu_check --merge DIR -o PREFIX`` writes ``PREFIX.json`` and ``PREFIX.md`` from
+the parts in DIR (:mod:`bench.formats.gpu_report`). ``--device cpu`` runs the same on NumPy
+buffers, so the check itself is tested on machines without a GPU.
 """
 
-import json
 import os
 import sys
+import time
 
 import numpy as np
 from mpi4py import MPI
 
 import algorithms
-from algorithms.arrays import stream_synchronize
-from algorithms.settings import size_text
+from algorithms.device import lacks as device_lacks
+from algorithms.device import steps as steps_of
+from algorithms.dtypes import TYPES
 from plumbing.cli import Parser
 from plumbing.ending import run_together
-from plumbing.files import write_json_atomically, write_text_atomically
-from topology.probe import probe
+from plumbing.files import write_json_atomically
 
 from ..baselines.base import Unavailable as BaselineUnavailable
 from ..baselines.nccl import NcclBaseline
 from ..core.check import check_expected, check_fill, wrong_elements
 from ..core.collectives import AllReduce
 from ..core.device import Unavailable, select_device
-from ..core.machine import results_header
-from ..core.sizes import parse_size, sweep
+from ..core.sizes import parse_size
 from ..core.startup import refused
-from ..core.timing import time_calls
+from ..core.timing import intervals, rule, time_calls, timed
+from ..formats.gpu_report import merge
 from ..formats.report import bandwidths
 
 #: ours but those run by name only (auto runs these; native is MPI's own)
 ALGOS = tuple(name for name, algorithm in algorithms.ALGORITHMS.items() if algorithm.in_all)
 PRIME = 1009
+ROUNDS = 5  # interleaved rounds of every busbw size (medians and their intervals)
+SANITIZED = ("ring", "tree")
 
 
-def correctness_cases():
-    """(dtype, op) pairs: every op on float32, sum on every dtype CuPy has (not bfloat16 or fp8)."""
-    cases = [("float32", op) for op in algorithms.OPS]
-    cases += [(t.name, "sum") for t in algorithms.TYPES if t.name != "float32" and t.gpu]
-    return cases
+class Part:
+    """One part's results, rewritten (atomically, by rank 0) after every step."""
+
+    def __init__(self, comm, path, kind, until, **facts):
+        self.comm, self.path, self.until = comm, path, until
+        self.data = {"part": kind, "ranks": comm.Get_size(), "complete": False, "cut": None, **facts}
+        self.started, self.longest = time.time(), 0.0
+        self.save()
+
+    def save(self):
+        if self.comm.Get_rank() == 0:
+            self.data["seconds"] = round(time.time() - self.started, 3)
+            write_json_atomically(self.path, self.data)
+
+    def allows(self, what, scale=1.0):
+        """Whether the step ``what`` fits in the time left, judged by rank 0 from the longest step
+        so far times ``scale`` (collective); when not, the part says where it was cut."""
+        fits = time.time() + self.longest * scale < self.until if self.comm.Get_rank() == 0 else None
+        fits = self.comm.bcast(fits)
+        if not fits:
+            self.data["cut"] = f"cut by the time limit before {what}"
+        return fits
+
+    def step(self, run):
+        """``run()``, timed for :meth:`allows`, then the results saved."""
+        start = time.time()
+        run()
+        self.longest = max(self.longest, time.time() - start)
+        self.save()
+
+    def finish(self):
+        self.data["complete"] = self.data["cut"] is None
+        self.save()
 
 
-def check_correctness(comm, xp, tree_options, largest):
-    """Wrong elements per algorithm (summed over cases), and the first failures."""
-    n, rank = comm.Get_size(), comm.Get_rank()
-    wrong, failures = {a: 0 for a in ALGOS}, []
-    for algo in ALGOS:
-        for dtype, op in correctness_cases():
-            for count in sorted({0, 1, n + 1, PRIME, largest}):
-                expected = check_expected(np.dtype(dtype), op, count, n)
-                for in_place in (False, True):
-                    send = xp.asarray(check_fill(np.dtype(dtype), op, count, rank, n))
-                    recv = send if in_place else xp.empty_like(send)
-                    algorithms.allreduce(send, None if in_place else recv, op=op, algorithm=algo, comm=comm,
-                                         **tree_options.get(algo, {}))
-                    got = recv.get() if hasattr(recv, "get") else recv
-                    bad = comm.allreduce(wrong_elements(got, expected), op=MPI.SUM)
-                    wrong[algo] += bad
-                    if bad and len(failures) < 10:
-                        failures.append({"algorithm": algo, "dtype": dtype, "op": op, "count": count,
-                                         "in_place": in_place, "wrong": bad})
-    return wrong, failures
-
-
-def time_call(comm, xp, call, nbytes):
-    """Seconds per call (slowest rank), after one warm-up, iterations scaled to the size."""
-    iters = max(2, min(20, (256 << 20) // max(nbytes, 1)))
-    seconds = time_calls(comm, call, iters, 1, settle=lambda: stream_synchronize(xp))[0]
-    return comm.allreduce(seconds, op=MPI.MAX)
-
-
-def sweep_busbw(comm, xp, sizes, runs):
-    """``runs``: name -> run(send, recv). Rows of time and bus bandwidth per name and size."""
-    factor = AllReduce.factor(comm.Get_size())
-    rows = []
-    for nbytes in sizes:
-        send = xp.ones(nbytes // 4, xp.float32)
-        recv = xp.empty_like(send)
-        for name, run in runs.items():
-            seconds = time_call(comm, xp, lambda: run(send, recv), nbytes)
-            algbw, busbw = bandwidths(nbytes, seconds, factor)
-            rows.append({"algorithm": name, "bytes": nbytes, "time_us": seconds * 1e6,
-                         "algbw_GBps": algbw, "busbw_GBps": busbw})
-    return rows
-
-
-def copy_bandwidths(xp, sizes):
-    """GB/s of a device-to-device copy (and of copies between device and pinned host memory)."""
-    rows = []
-    for nbytes in sizes:
-        a = xp.ones(nbytes // 4, xp.float32)
-        b = xp.empty_like(a)
-        row = {"bytes": nbytes, "d2d_GBps": _copy_rate(xp, lambda: xp.copyto(b, a), nbytes)}
-        if xp is not np:
-            import cupyx
-
-            host = cupyx.empty_pinned(a.shape, a.dtype)
-            row["d2h_GBps"] = _copy_rate(xp, lambda: a.get(out=host), nbytes)
-            row["h2d_GBps"] = _copy_rate(xp, lambda: b.set(host), nbytes)
-        rows.append(row)
-    return rows
-
-
-def _copy_rate(xp, copy, nbytes):
-    """GB/s of ``copy`` on this rank alone."""
-    iters = max(2, min(50, (1 << 30) // nbytes))
-    return nbytes / time_calls(MPI.COMM_SELF, copy, iters, 1, settle=lambda: stream_synchronize(xp))[0] / 1e9
-
-
-def transports_to_try(device):
+def transports(device):
+    """The transports each part runs: CUDA IPC (shared memory for NumPy), staged, and CUDA-aware MPI
+    where the library is (always for NumPy)."""
     kinds = ["shm", "staged"]
     if device == "cpu" or algorithms.mpi_is_cuda_aware():
         kinds.append("direct")
     return kinds
 
 
+def on_transport(comm, xp, kind):
+    """A duplicate of ``comm`` whose ``xp`` buffers travel by transport ``kind`` (collective)."""
+    os.environ["ALLREDUCE_TRANSPORT"] = kind  # read when a communicator first carries xp
+    try:
+        fresh = comm.Dup()
+        return fresh, algorithms.transport_in_use(xp, fresh)
+    finally:
+        os.environ.pop("ALLREDUCE_TRANSPORT")
+
+
+def tree_options(comm):
+    """``bandwidth=`` for the algorithms that build on a matrix: uniform links (one device has no
+    slow link for a matched tree to avoid)."""
+    n = comm.Get_size()
+    matrix = np.full((n, n), 100.0)
+    np.fill_diagonal(matrix, 0.0)
+    return {a: {"bandwidth": matrix} for a in ALGOS if algorithms.ALGORITHMS[a].wants_bandwidth()}
+
+
+def device_dtypes(device):
+    """The dtypes the GPU path reduces here (every dtype on NumPy buffers)."""
+    return [t.name for t in TYPES if device == "cpu" or device_lacks(t.dtype) is None]
+
+
+def tiers(comm, device, largest):
+    """The check's cases, most telling first: (tier, dtype, op, count, in place)."""
+    n = comm.Get_size()
+    first = [("float32 sum", "float32", "sum", count, place) for count in (n + 1, PRIME) for place in (False, True)]
+    ops = [("every op", "float32", op, PRIME, False) for op in algorithms.OPS if op != "sum"]
+    dtypes = [("every dtype", dtype, "sum", PRIME, False) for dtype in device_dtypes(device) if dtype != "float32"]
+    edges = [("counts 0 and 1", "float32", "sum", count, place) for count in (0, 1) for place in (False, True)]
+    return [first, ops, dtypes, edges, [("largest count", "float32", "sum", largest, False)]]
+
+
+def check_case(comm, xp, algo, options, dtype, op, count, in_place):
+    """Wrong elements of one all-reduce against its closed form, summed over ranks."""
+    n, rank = comm.Get_size(), comm.Get_rank()
+    dtype = np.dtype(dtype)
+    send = xp.asarray(check_fill(dtype, op, count, rank, n))
+    recv = send if in_place else xp.empty_like(send)
+    algorithms.allreduce(send, None if in_place else recv, op=op, algorithm=algo, comm=comm, **options)
+    got = recv.get() if xp is not np else recv
+    return comm.allreduce(wrong_elements(got, check_expected(dtype, op, count, n), op), op=MPI.SUM)
+
+
+def run_check(comm, xp, part, args):
+    """Every algorithm on every transport, tier by tier, while time is left."""
+    options, runs, comms = tree_options(comm), [], []
+    for kind in transports(args.device):
+        private, description = on_transport(comm, xp, kind)
+        comms.append(private)
+        runs.append({"transport": kind, "description": description, "wrong": dict.fromkeys(ALGOS, 0),
+                     "checked": dict.fromkeys(ALGOS, 0), "failures": []})
+    all_tiers = tiers(comm, args.device, args.largest_count)
+    part.data.update(runs=runs, tiers=[cases[0][0] for cases in all_tiers if cases])
+    largest = 1
+    try:
+        for cases in all_tiers:
+            counts = max((case[3] for case in cases), default=1)
+            scale, largest = max(1.0, counts / largest), max(largest, counts)  # a tier of longer vectors takes longer
+            for run, private in zip(runs, comms):
+                for algo in ALGOS:
+                    if cases and not part.allows(f"{cases[0][0]} of {algo} on {run['transport']}", scale):
+                        return
+                    scale = 1.0
+                    part.step(lambda run=run, private=private, algo=algo: check_cases(
+                        private, xp, algo, options.get(algo, {}), cases, run))
+    finally:
+        for private in comms:
+            private.Free()
+
+
+def check_cases(comm, xp, algo, options, cases, run):
+    """``cases`` of one algorithm, their wrong elements and the first failures added to ``run``."""
+    for tier, dtype, op, count, in_place in cases:
+        bad = check_case(comm, xp, algo, options, dtype, op, count, in_place)
+        run["wrong"][algo] += bad
+        run["checked"][algo] += 1
+        if bad and len(run["failures"]) < 10:
+            run["failures"].append({"algorithm": algo, "dtype": dtype, "op": op, "count": count,
+                                    "in_place": in_place, "wrong": bad})
+
+
+def run_sanitize(comm, xp, part, args):
+    """One small case for compute-sanitizer: ring and tree on CUDA IPC and staged, in and out of place."""
+    options = tree_options(comm)
+    part.data["runs"] = []
+    for kind in ("shm", "staged"):
+        private, description = on_transport(comm, xp, kind)
+        for algo in SANITIZED:
+            wrong = sum(check_case(private, xp, algo, options.get(algo, {}), "float32", "sum", 4099, place)
+                        for place in (False, True))
+            part.data["runs"].append({"transport": kind, "description": description, "algorithm": algo,
+                                      "wrong": wrong})
+            part.save()
+        private.Free()
+
+
+def sizes_from(smallest, largest):
+    size = smallest
+    while size <= largest:
+        yield size
+        size *= 4
+
+
+def sweep(part, xp, tables, args):
+    """Every size, from ``--min-bytes`` up by 4x while time is left (a size takes about 4x the
+    last), of every table of ``tables`` ({label: (comm, {name: run(send, recv)}, rows)}), its runs
+    in interleaved rounds timed by the suite's one rule; each run's rows appended to ``rows``."""
+    for nbytes in sizes_from(args.min_bytes, args.max_bytes):
+        if not part.allows(f"{nbytes} B", scale=4.5):
+            return
+        for comm, runs, rows in tables.values():
+            part.step(lambda comm=comm, runs=runs, rows=rows: rows.extend(one_size(comm, xp, runs, nbytes)))
+
+
+def one_size(comm, xp, runs, nbytes):
+    """Rows (median time, its interval, busbw) of ``runs`` at ``nbytes``, float32 sum out of place."""
+    send = xp.ones(nbytes // 4, xp.float32)
+    recv = xp.empty_like(send)
+    calls = {name: (lambda run=run: run(send, recv)) for name, run in runs.items()}
+    iters = max(2, min(20, (64 << 20) // nbytes))
+    factor, rows = AllReduce.factor(comm.Get_size()), []
+    for name, interval in intervals(timed(comm, calls, iters, 1, ROUNDS, steps=steps_of(xp))).items():
+        rows.append({"algorithm": name, "bytes": nbytes, "time_us": interval.median * 1e6,
+                     "time_ci_us": [interval.low * 1e6, interval.high * 1e6],
+                     "busbw_GBps": bandwidths(nbytes, interval.median, factor)[1],
+                     "busbw_ci_GBps": [bandwidths(nbytes, t, factor)[1] for t in (interval.high, interval.low)]})
+    return rows
+
+
+def ours_on(comm, xp, kind, names, options):
+    """(the duplicate of ``comm`` on transport ``kind``, its description, {name: run(send, recv)})."""
+    private, description = on_transport(comm, xp, kind)
+    return private, description, {a: (lambda s, r, a=a: algorithms.allreduce(s, r, algorithm=a, comm=private, check=False,
+                                                                            **options.get(a, {})))
+                                  for a in names}
+
+
+def run_busbw(comm, xp, part, args):
+    """Every algorithm's busbw on CUDA IPC and staged transports, sizes up while time is left."""
+    options, tables = tree_options(comm), {}
+    part.data.update(rounds=ROUNDS, runs=[])
+    for kind in transports(args.device)[:2]:
+        private, description, runs = ours_on(comm, xp, kind, ALGOS, options)
+        run = {"transport": kind, "description": description, "rows": []}
+        part.data["runs"].append(run)
+        tables[kind] = (private, runs, run["rows"])
+    try:
+        sweep(part, xp, tables, args)
+    finally:
+        for private, _, _ in tables.values():
+            private.Free()
+
+
+def run_nccl(comm, xp, part, args):
+    """NCCL's all-reduce beside our ring and tree on CUDA IPC, one rank per GPU; or why NCCL
+    cannot run."""
+    nccl = NcclBaseline()
+    try:
+        nccl.start(comm)
+    except BaselineUnavailable as exc:
+        part.data["unavailable"] = str(exc)
+        return
+    try:
+        private, description, ours = ours_on(comm, xp, "shm", ("ring", "tree"), {})
+        part.data.update(rounds=ROUNDS, description=description, rows=[])
+        try:
+            sweep(part, xp, {"nccl": (comm, {"nccl": nccl.runner(AllReduce, "nccl", comm, "sum"), **ours},
+                                      part.data["rows"])}, args)
+        finally:
+            private.Free()
+    finally:
+        nccl.close()
+
+
+def run_copy(comm, xp, part, args):
+    """The copy rates on this rank alone, sizes up while time is left."""
+    steps = steps_of(xp)
+    rows = part.data["rows"] = []
+    for nbytes in sizes_from(args.min_bytes, args.max_bytes):
+        if not part.allows(f"copies of {nbytes} B", scale=4.5):
+            return
+        part.step(lambda nbytes=nbytes: rows.append(copy_rates(xp, steps, nbytes)))
+
+
+def copy_rates(xp, steps, nbytes):
+    """GB/s of a device-to-device copy of ``nbytes``, and of copies to and from pinned host memory."""
+    a = xp.ones(nbytes // 4, xp.float32)
+    b = xp.empty_like(a)
+    row = {"bytes": nbytes, "d2d_GBps": _rate(steps, lambda: xp.copyto(b, a), nbytes)}
+    if steps.device:
+        host = steps.pinned(nbytes)
+        # the staged transport's copies, each waited for (they run on side streams, outside the clock's stream)
+        row["d2h_GBps"] = _rate(steps, lambda: steps.wait(steps.copy_out(a.view(np.uint8), host)), nbytes)
+        row["h2d_GBps"] = _rate(steps, lambda: steps.wait(steps.copy_in(host, b.view(np.uint8))), nbytes)
+    return row
+
+
+def _rate(steps, copy, nbytes):
+    """GB/s of ``copy`` on this rank alone: the fastest of the rounds' medians."""
+    iters = max(2, min(50, (1 << 30) // nbytes))
+    seconds = [time_calls(MPI.COMM_SELF, copy, iters, 1, steps=steps)[0] for _ in range(ROUNDS)]
+    return nbytes / min(seconds) / 1e9
+
+
+PARTS = {"copy": run_copy, "check": run_check, "sanitize": run_sanitize, "busbw": run_busbw, "nccl": run_nccl}
+
+
 def run_part(args):
     comm = MPI.COMM_WORLD
-    rank, n = comm.Get_rank(), comm.Get_size()
     gpus, device_name = 0, "host memory"
     if args.device == "gpu":
         xp, device, gpus = select_device(comm)
         device_name = xp.cuda.runtime.getDeviceProperties(device)["name"].decode()
     else:
         xp = np
-    sizes = sweep(args.min_bytes, args.max_bytes, 2)
-    matrix = probe(comm, 1 << 20, reps=2, warmup=1)
-    tree_options = {a: {"bandwidth": matrix.bandwidth} for a in ALGOS if algorithms.ALGORITHMS[a].wants_bandwidth()}
-    part = {"ranks": n, "device": args.device, "device_name": device_name, "gpus_per_node": gpus,
-            "cuda_aware_mpi": algorithms.mpi_is_cuda_aware(), "runs": []}
-    for kind in transports_to_try(args.device):
-        os.environ["ALLREDUCE_TRANSPORT"] = kind  # read when a communicator first carries xp
-        private = comm.Dup()
-        description = algorithms.transport_in_use(xp, private)
-        wrong, failures = check_correctness(private, xp, tree_options, args.largest_count)
-        runs = {a: (lambda s, r, a=a: algorithms.allreduce(s, r, algorithm=a, comm=private, check=False,
-                                                           **tree_options.get(a, {})))
-                for a in ALGOS}
-        rows = sweep_busbw(private, xp, sizes, runs)
-        part["runs"].append({"transport": kind, "description": description, "wrong": wrong,
-                             "failures": failures, "sweep": rows})
-        if rank == 0:
-            print(f"# {n} ranks, {kind}: {description}; wrong {sum(wrong.values())}", flush=True)
-        private.Free()
-        algorithms.free_workspace()
-    os.environ.pop("ALLREDUCE_TRANSPORT")
-    if args.device == "gpu":
-        nccl = NcclBaseline()
-        try:
-            nccl.start(comm)
-            run = nccl.runner(AllReduce, "nccl", comm, "sum")
-            part["nccl"] = {"sweep": sweep_busbw(comm, xp, sizes, {"nccl": lambda s, r: run(s, r)})}
-        except BaselineUnavailable as exc:
-            part["nccl"] = {"unavailable": str(exc)}
-    part["copy"] = copy_bandwidths(xp, sizes) if rank == 0 else None
-    if rank == 0:
-        write_json_atomically(args.part, part)
-
-
-def merge(args):
-    parts = sorted((json.load(open(p)) for p in args.merge), key=lambda p: p["ranks"])
-    data = {**results_header("gpu_check", None, argv=["gpu-check", *sys.argv[1:]], ranks=max(p["ranks"] for p in parts)),
-            "device_name": parts[0]["device_name"], "parts": parts}
-    data["copy"] = parts[0]["copy"]
-    data["total_wrong"] = sum(sum(r["wrong"].values()) for p in parts for r in p["runs"])
-    write_json_atomically(args.output + ".json", data)
-    write_text_atomically(args.output + ".md", markdown(data))
-    print(f"wrote {args.output}.json and .md; wrong elements in all: {data['total_wrong']}")
-    return 1 if data["total_wrong"] else 0
-
-
-def markdown(data):
-    m = data["machine"]
-    copy = {row["bytes"]: row for row in data["copy"]}
-    lines = [f"# GPU check: {data['device_name']}", "",
-             f"{data['date']}, commit {m['commit']}, {m['mpi'].split()[0]} {m['mpi'].split()[-1]}, "
-             f"{m['machine']} {m['cpu']}. Sizes in bytes, busbw in GB/s; every call out of place, float32 sum.", ""]
-    lines += ["## Copy bandwidth (rank 0 alone; the physical reference)", "",
-              "| bytes | device->device GB/s | device->host GB/s | host->device GB/s |", "|---:|---:|---:|---:|"]
-    for row in data["copy"]:
-        lines.append(f"| {row['bytes']} | {row['d2d_GBps']:.1f} | {row.get('d2h_GBps', float('nan')):.1f} | "
-                     f"{row.get('h2d_GBps', float('nan')):.1f} |")
-    for part in data["parts"]:
-        lines += ["", f"## {part['ranks']} ranks ({part['gpus_per_node']} GPU(s) on the node)", ""]
-        lines += ["| transport | how | " + " | ".join(f"{a} wrong" for a in ALGOS) + " |",
-                  "|---|---|" + "---:|" * len(ALGOS)]
-        for run in part["runs"]:
-            lines.append(f"| {run['transport']} | {run['description']} | "
-                         + " | ".join(str(run["wrong"][a]) for a in ALGOS) + " |")
-        sweeps = [(run["transport"], run["sweep"]) for run in part["runs"]]
-        if "sweep" in part.get("nccl", {}):
-            sweeps.append(("nccl", part["nccl"]["sweep"]))
-        elif "nccl" in part:
-            lines += ["", f"NCCL: {part['nccl']['unavailable']}"]
-        sizes = sorted({r["bytes"] for _, rows in sweeps for r in rows})
-        lines += ["", "busbw (GB/s) by size; the last column is the best ratio of busbw to the copy bandwidth of the same size.",
-                  "", "| algorithm | transport | " + " | ".join(size_text(b) for b in sizes) + " | best / copy |",
-                  "|---|---|" + "---:|" * (len(sizes) + 1),
-                  "| device copy | (reference) | " + " | ".join(f"{copy[b]['d2d_GBps']:.1f}" if b in copy else ""
-                                                            for b in sizes) + " | |"]
-        for transport, rows in sweeps:
-            for algo in dict.fromkeys(r["algorithm"] for r in rows):
-                busbw = {r["bytes"]: r["busbw_GBps"] for r in rows if r["algorithm"] == algo}
-                ratio = max(busbw[b] / copy[b]["d2d_GBps"] for b in busbw if b in copy) if copy else float("nan")
-                lines.append(f"| {algo} | {transport} | " + " | ".join(f"{busbw[b]:.2f}" if b in busbw else ""
-                                                                      for b in sizes) + f" | {ratio:.2f} |")
-    lines += ["", f"Wrong elements in all: {data['total_wrong']}."]
-    return "\n".join(lines) + "\n"
+    part = Part(comm, args.output, args.part, args.until, device=args.device, device_name=device_name,
+                gpus_per_node=gpus, cuda_aware_mpi=algorithms.mpi_is_cuda_aware(), timing=rule(args.device == "gpu"))
+    PARTS[args.part](comm, xp, part, args)
+    part.finish()
+    if comm.Get_rank() == 0:
+        print(f"# {args.part}, {comm.Get_size()} ranks: " + ("complete" if part.data["complete"] else part.data["cut"]),
+              flush=True)
 
 
 def main(argv=None):
     p = Parser(prog="python -m bench.gpu_check", description=__doc__.split("\n\n")[0])
-    p.add_argument("--part",
-                   help="run under mpiexec; rank 0 writes this rank count's results to this file (no default)")
-    p.add_argument("--merge", nargs="+", metavar="PART", help="merge parts into -o PREFIX.json/.md (no default)")
-    p.add_argument("-o", "--output",
-                   help="prefix of the merged OUTPUT.json and OUTPUT.md (no default: needed with --merge)")
+    p.add_argument("--part", choices=sorted(PARTS), help="run this part under mpiexec (no default)")
+    p.add_argument("--output", help="the part's JSON file, rewritten as the part goes (no default: needed with --part)")
+    p.add_argument("--until", type=float,
+                   help="the wall-clock second (epoch) by which the part must be done (default: 60 s from now)")
+    p.add_argument("--merge", metavar="DIR", help="merge the parts in DIR into -o PREFIX.json/.md (no default)")
+    p.add_argument("-o", "--prefix", help="prefix of the merged PREFIX.json and PREFIX.md (no default: needed with --merge)")
     p.add_argument("--device", choices=("gpu", "cpu"), default="gpu",
                    help="gpu: CuPy device buffers; cpu: NumPy buffers, to test the check itself (default gpu)")
     p.add_argument("--min-bytes", type=parse_size, default=parse_size("1M"),
-                   help="smallest size of the busbw sweep, in bytes; K, M, G are powers of 1024 (default 1M)")
+                   help="smallest size of the busbw sweeps and copies, in bytes; K, M, G are powers of 1024 (default 1M)")
     p.add_argument("--max-bytes", type=parse_size, default=parse_size("1G"),
-                   help="largest size of the busbw sweep, in bytes; K, M, G are powers of 1024 (default 1G)")
+                   help="the largest size they may reach while time is left (default 1G)")
     p.add_argument("--largest-count", type=int, default=1_000_003,
                    help="the largest vector of the correctness check, in elements (default 1000003)")
     args = p.parse_args(argv)
-    if bool(args.part) == bool(args.merge) or (args.merge and not args.output):
-        p.error("give --part FILE (under mpiexec), or --merge PART... -o PREFIX")
+    if bool(args.part) == bool(args.merge) or (args.merge and not args.prefix) or (args.part and not args.output):
+        p.error("give --part KIND --output FILE (under mpiexec), or --merge DIR -o PREFIX")
     if args.merge:
-        return merge(args)
+        return merge(args.merge, args.prefix)
+    if args.until is None:
+        args.until = time.time() + 60
     return run_together(lambda: _part(args), "python -m bench.gpu_check")
 
 
 def _part(args):
-    """One rank count under mpiexec; exit 2 with one line when a GPU part is missing."""
-    if refused(MPI.COMM_WORLD, "python -m bench.gpu_check", (args.part,)):
+    """One part under mpiexec; exit 2 with one line when a GPU part is missing."""
+    if refused(MPI.COMM_WORLD, "python -m bench.gpu_check", (args.output,)):
         return 2
     try:
         run_part(args)

@@ -5,7 +5,8 @@
 * :mod:`.model`: an algorithm's time from its schedule (:class:`Model`); the schedules live
   with the algorithms, which hand them in (``algorithms.costs.cost_model``);
 * :mod:`.lower_bound`: what no all-reduce can beat on a network (:class:`LowerBound`), and no
-  reduce-scatter or all-gather (:class:`HalfBound`).
+  reduce-scatter or all-gather (:class:`HalfBound`);
+* :mod:`.one_device`: what no all-reduce can beat among ranks that share one device's memory.
 """
 
 from .lower_bound import Bound, HalfBound, LowerBound, lower_bound
