@@ -177,7 +177,7 @@ def test_close_stops_the_thread_and_a_closed_state_refuses():
 def test_the_hook_costs_little_over_a_bare_all_reduce():
     """The hook's own work per bucket (the Future, the record; the view is kept) on a one-rank
     communicator, where nothing moves: the hook against algorithms.allreduce of the same 256 KiB
-    vector, the least of 5 rounds of 2000 calls each. About 5 us (1-2% of a 1-32 MiB bucket's
+    vector, the least of 5 rounds of 2000 calls each. About 10 us (1-4% of a 1-32 MiB bucket's
     all-reduce on 2 ranks of one node); 25 us bounds it where the job's ranks have a core each (with
     more ranks than cores, as every rank runs this at once, the rounds are time-sliced: a functional
     check only, as the suite's other oversubscribed runs)."""
