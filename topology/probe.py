@@ -212,7 +212,8 @@ def copy_bandwidth(comm, nbytes, least=10, seconds=0.05):
     copy (``numpy.copyto``) or the kernel's (``process_vm_readv``, MPI's single-copy path,
     which beats the first on some sizes), the best of at least ``least`` copies and
     ``seconds`` of each (a core's first copies run at a fraction of its speed), by one rank
-    per host while the others wait: {host: B/s} on every rank."""
+    per host while the others wait asleep (an MPI barrier's polling would take the copying
+    rank's core where ranks outnumber cores): {host: B/s} on every rank."""
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:
         best = None
@@ -222,7 +223,9 @@ def copy_bandwidth(comm, nbytes, least=10, seconds=0.05):
             kernel = _kernel_copy(source, target)
             copies += [kernel] if kernel else []
             best = max(nbytes / _fastest(copy, least, seconds) for copy in copies)
-        node.Barrier()
+        done = node.Ibarrier()  # a nonblocking barrier matches only nonblocking ones
+        while not done.Test():
+            time.sleep(0.001)
     finally:
         node.Free()
     found = {}
