@@ -71,9 +71,9 @@ def combiner(op):
 
 def divider():
     """``divide(a, n, out)``: ``out = a / n`` element-wise (avg's last step), ``n`` the rank
-    count, divided by as the float32 ``n`` (exact to 2^24), as PyTorch does. ml_dtypes'
-    ``np.divide(a, n)`` rounds ``n`` to bfloat16 first, which is the same below 257 but not for
-    an ``n`` bfloat16 cannot hold (257 becomes 256)."""
+    count, divided by as the float32 ``n`` (exact to 2^24), as the host's avg divides
+    (:func:`algorithms.ops.divider`, and PyTorch's kernel), not by ``n`` rounded to bfloat16,
+    which holds no 257."""
     def divide(a, n, out):
         size = _check(a, out)
         _launch(_kernel("bf16_div_kernel"), size, (a.view(np.uint16), np.float32(n), out.view(np.uint16),

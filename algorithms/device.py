@@ -12,10 +12,10 @@ and nothing else restates:
 
 1. Our kernels and device-to-device copies run on CuPy's current stream, the caller's.
 2. Copies between device memory and pinned host memory run on side streams of their own (one
-   each way, as PCIe carries both at once), so that they overlap the current stream's kernels. Each first waits, on the device
-   (``cudaStreamWaitEvent``), for an event recorded on the current stream as it is issued: a
-   copy out reads what the kernels queued before it wrote; a copy in overwrites nothing those
-   kernels still read.
+   each way, as PCIe carries both at once), so that they overlap the current stream's kernels.
+   Each first waits, on the device (``cudaStreamWaitEvent``), for an event recorded on the
+   current stream as it is issued: a copy out reads what the kernels queued before it wrote; a
+   copy in overwrites nothing those kernels still read.
 3. After a copy into device memory the current stream waits, on the device, for the copy's
    event: kernels queued later read what arrived.
 4. The host waits only where the host or another process touches what a stream made:

@@ -124,8 +124,12 @@ class StagedTransport:
     def _to_host(self, buf, slot):
         """``buf``'s bytes in host buffer ``slot``, there on return (MPI reads them next)."""
         host = self._host(buf.nbytes, slot)
-        self.steps.wait(self.steps.copy_out(buf.view(self.xp.uint8), host))
+        self._copy_out(buf, host)
         return host
+
+    def _copy_out(self, buf, host):
+        """``buf``'s bytes into ``host``, after the kernels queued before, there on return."""
+        self.steps.wait(self.steps.copy_out(buf.view(self.xp.uint8), host))
 
     def _to_device(self, host, buf, slot):
         """``host``'s bytes into ``buf``, ahead of the kernels queued after this."""
@@ -210,7 +214,7 @@ class StagedTransport:
     def isend(self, buf, dest):
         """Copy ``buf`` to a host buffer of its own and start sending that; ``Wait()`` ends it."""
         host = self._lend(buf.nbytes)
-        self.steps.wait(self.steps.copy_out(buf.view(self.xp.uint8), host))
+        self._copy_out(buf, host)
         return _Staged([self.comm.Isend(host[lo:hi], dest, TAG) for lo, hi in self._cuts(buf)], host, self._spare)
 
     def irecv(self, buf, source):

@@ -86,9 +86,9 @@ def markdown(data):
     lines = [f"# GPU check: {data['device_name']}", "",
              f"{data['date']}, commit {m['commit']}, {m['mpi'].split()[0]} {m['mpi'].split()[-1]}, {m['machine']} "
              f"{m['cpu']}. Sizes in bytes, times in us, busbw in GB/s; timing: {data['timing']}.", ""]
-    lines += _copy_lines(data)
-    for part in sorted(data["parts"], key=lambda p: (["copy", "check", "sanitize", "busbw", "nccl"].index(p["part"]),
-                                                     p["ranks"])):
+    lines += _copy_lines(data)  # the copy part's page, first: the reference of the rest
+    for part in sorted((p for p in data["parts"] if p["part"] in PAGES), key=lambda p: (list(PAGES).index(p["part"]),
+                                                                                       p["ranks"])):
         lines += PAGES[part["part"]](part, data)
     if data["incomplete"]:
         lines += ["", "Parts cut short: " + "; ".join(data["incomplete"]) + "."]
@@ -181,12 +181,8 @@ def _nccl_page(part, data):
     return ["", f"## NCCL, {part['ranks']} ranks, one GPU each"] + _sweep_lines(part.get("rows", []), "NCCL and ours")
 
 
-def _copy_page(part, data):
-    return []
-
-
-PAGES = {"copy": _copy_page, "check": _check_page, "sanitize": _sanitize_page, "busbw": _busbw_page,
-         "nccl": _nccl_page}
+#: the page of each part but the copy part's, in the order they print
+PAGES = {"check": _check_page, "sanitize": _sanitize_page, "busbw": _busbw_page, "nccl": _nccl_page}
 
 
 def _where(part):
