@@ -28,6 +28,13 @@ class Algorithm:
       ``topology.Tree`` of a tree algorithm.
     * ``schedule(model, nbytes)``: how it runs, as phases of concurrent transfers, for the cost
       model (:mod:`topology.model`); None: not modelled.
+    * ``steps(size, rank, count, itemsize[, plan])``: rank ``rank``'s steps (:mod:`.plan`) in an
+      all-reduce of ``count`` elements of ``itemsize`` bytes on ``size`` ranks (``plan`` as for
+      ``allreduce``), which :mod:`.engine` runs and ``python -m bench plan`` prints; None: it
+      runs its own code.
+    * ``plan_input(size, matrix, nodes)``: what its ``steps`` take as ``plan``, made from a
+      ``topology.BandwidthMatrix`` (None: uniform links) and the node of each rank, so that its
+      plan can be made without MPI (``python -m bench plan``); None: its steps take nothing more.
     * ``bind(coll, count, dtype)``: ``run(sendbuf, recvbuf)`` for vectors of that shape, with what
       every such call repeats done once; the entry point keeps one per shape.
     * ``prepare(size, tree, bandwidth, name)``: checks ``tree=`` and ``bandwidth=`` itself; what it
@@ -65,6 +72,8 @@ class Algorithm:
     allreduce: Callable
     schedule: Optional[Callable] = None
     bind: Optional[Callable] = None
+    steps: Optional[Callable] = None
+    plan_input: Optional[Callable] = None
     prepare: Optional[Callable] = None
     tree_method: Optional[str] = None
     needs_bandwidth: Callable[[], bool] = lambda: False

@@ -40,6 +40,11 @@ def allreduce(coll, sendbuf, recvbuf, order):
     ring.allreduce(coll, sendbuf, recvbuf, order.order)
 
 
+def steps(size, rank, count, itemsize, order):
+    """The ring's plan (:func:`.ring.steps`) around ``order`` (a :class:`RingOrder`)."""
+    return ring.steps(size, rank, count, itemsize, order.order)
+
+
 def reduce_scatter(coll, src, partial, result, order):
     """The ring's reduce-scatter around ``order`` (a :class:`RingOrder`)."""
     ring.reduce_scatter(coll, src, partial, result, order.order)
@@ -77,6 +82,7 @@ half_schedule = ring.half_schedule_around(_found_order, """One half of the ring 
     slowest link is fastest: (N-1)(alpha + M/(N beta)), its beta that slowest link.""")
 
 # never run without its order (the common case of collectives.allreduce)
-ALGORITHM = Algorithm("bamring", allreduce, schedule=schedule, prepare=prepare, needs_bandwidth=lambda: True,
+ALGORITHM = Algorithm("bamring", allreduce, schedule=schedule, steps=steps,
+                      plan_input=lambda size, matrix, nodes: prepare(size, None, matrix), prepare=prepare, needs_bandwidth=lambda: True,
                       needs_plan=True, reduce_scatter=reduce_scatter, all_gather=all_gather,
                       reduce_scatter_schedule=half_schedule, all_gather_schedule=half_schedule)

@@ -30,7 +30,10 @@ SAME_VECTORS_BYTES = 64 << 10  # the last call's vectors up to this size are ref
 #: of the two halves, and ``auto``
 HALVES = {half: tuple(name for name, algorithm in ALGORITHMS.items() if algorithm.runs(half))
           for half in ("reduce_scatter", "all_gather")}
-_TREELESS = {name: algorithm for name, algorithm in ALGORITHMS.items() if algorithm.treeless}
+#: the algorithms a call runs with nothing but its vectors: those that take no tree, and those
+#: whose tree, unless one is passed, is the binomial tree of the rank count
+_PLAIN = {name: algorithm for name, algorithm in ALGORITHMS.items()
+          if algorithm.treeless or algorithm.tree_method == "binomial"}
 
 
 def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None, check=True,
@@ -87,7 +90,8 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None, c
         if key in private.runners:  # kept already (a call on another communicator came between)
             key = None
         if check or key is not None:
-            fields = _fields("allreduce", sendbuf.size, sendbuf, op, algorithm, None)
+            own_tree = tree_for("binomial", private.size) if chosen.tree_method == "binomial" else None
+            fields = _fields("allreduce", sendbuf.size, sendbuf, op, algorithm, own_tree)
             if check:
                 agree(private.comm, "allreduce", None, fields, _describe)
         coll, result, plan = private.contexts.get((np, op)) or private.collective(np, op), recvbuf, None
@@ -307,13 +311,14 @@ def _result_buffer(sendbuf, recvbuf, count):
 def _common_case(sendbuf, recvbuf, op, algorithm, tree, bandwidth):
     """The record of ``algorithm`` when the call is the common case, else None: two distinct
     1-D contiguous NumPy vectors of one supported dtype and length, ``recvbuf`` writable, a
-    known op that suits the dtype, an algorithm that takes no tree. Checked in a few
+    known op that suits the dtype, an algorithm that takes no tree or none is passed to one
+    whose own is the binomial tree. Checked in a few
     attribute reads (1.5 us less per call than the full validation), it accepts only what the
     full validation (:func:`_prepare`) accepts; anything else goes there, which says what is
     wrong."""
     if type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray or type(algorithm) is not str:
         return None
-    chosen = _TREELESS.get(algorithm)
+    chosen = _PLAIN.get(algorithm)
     if chosen is None or tree is not None or bandwidth is not None:
         return None
     dtype, flags = sendbuf.dtype, recvbuf.flags

@@ -16,18 +16,27 @@ import numpy as np
 
 from topology import double_binary_trees
 
-from . import tree
+from . import engine, tree
 from .algorithm import Algorithm
 from .layout import SEGMENT_BYTES
 
 
 @functools.lru_cache(maxsize=16)
 def _trees(size):
-    return list(double_binary_trees(size))
+    return tuple(double_binary_trees(size))
+
+
+def steps(size, rank, count, itemsize):
+    """The plan of :func:`.tree.steps` over the two trees."""
+    return tree.steps(size, rank, count, itemsize, _trees(size))
 
 
 def allreduce(coll, sendbuf, recvbuf):
-    tree.allreduce(coll, sendbuf, recvbuf, _trees(coll.size))
+    engine.run(coll, steps, sendbuf, recvbuf)
+
+
+def bind(coll, count, dtype):
+    return engine.bound(coll, steps, count, dtype)
 
 
 def _edges(size):
@@ -41,4 +50,4 @@ def schedule(model, m):
     return model.pipelined(("dbtree",), _edges(model.n), m / 2, SEGMENT_BYTES)
 
 
-ALGORITHM = Algorithm("dbtree", allreduce, schedule=schedule)
+ALGORITHM = Algorithm("dbtree", allreduce, schedule=schedule, bind=bind, steps=steps)

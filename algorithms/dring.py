@@ -33,10 +33,12 @@ import numpy as np
 from topology import BandwidthMatrix
 from topology.rings import bottleneck_ring
 
-from . import ring
+from . import engine, ring
 from .algorithm import Algorithm
+from .arrays import same_memory
 from .bamring import RingOrder
 from .layout import chunk_offsets, segment_offsets
+from .plan import irecv, irecv_reduce, isend, wait
 from .plans import from_bandwidth
 
 
@@ -111,18 +113,17 @@ def _reducing(n, own, chunks_pieces, orders, collective, spare):
     return steps
 
 
-def _plan(coll, count, dtype, order, collective="allreduce", spare=False):
+def _both_rings(n, rank, count, itemsize, order, collective="allreduce", spare=False):
     """Every step of both rings, in order: ``(reducing, forward, backward)``, each ring's part
     ``(vector sent, slice, vector received into, slice, slice of the input reduced with)``, the
     vectors by index (:data:`INPUT` ...); per piece, the N-1 reduce-scatter steps and/or the
     N-1 all-gather steps (:mod:`.ring`) of ``collective``; with the longest piece, and this
     rank's neighbours."""
-    n, rank = coll.size, coll.rank
     forward = tuple(range(n)) if order is None else order
     rings = (forward, _reversed(forward))
     chunks = _chunks(count, n, collective)
     longest = max(hi - lo for way in chunks for lo, hi in way)
-    parts = len(segment_offsets(longest, dtype.itemsize)) - 1
+    parts = len(segment_offsets(longest, itemsize)) - 1
     own = chunk_offsets(count, n)[rank]
     gathered = INPUT if collective == "all_gather" else PARTIAL
     steps = []
@@ -139,71 +140,88 @@ def _plan(coll, count, dtype, order, collective="allreduce", spare=False):
     return tuple(steps), right, left, -(-longest // parts)
 
 
-def _run(coll, steps, right, left, vectors):
-    """Both rings' steps (:func:`_plan`) on ``vectors`` (indexed as :data:`INPUT` ...): at each,
-    both receives and both sends posted at once, each received piece reduced as it lands
-    (:meth:`Collective.irecv_combine`: straight from the slot within a node)."""
-    isend, irecv, irecv_combine = coll.isend, coll.irecv, coll.irecv_combine
-    given = vectors[INPUT]
-    for reducing, (f_vec, f_out, f_into, f_in, f_acc), (b_vec, b_out, b_into, b_in, b_acc) in steps:
-        f_target, b_target = vectors[f_into][f_in], vectors[b_into][b_in]
+def _ranks(order):
+    return None if order is None else order.order
+
+
+def _as_plan(both, right, left, names, longest):
+    """The steps of :func:`_both_rings` as a plan (:mod:`.plan`): at each, both receives posted
+    (each reduced as it lands on a reduce-scatter step, straight from the slot within a node),
+    both sends started, then all four waited for. ``names``: the plan's vector for each index
+    (:data:`INPUT` ...); spare piece k is scratch from k times ``longest``."""
+    def piece(vector, where):
+        if vector >= SPARE:
+            base = (vector - SPARE) * longest
+            return "scratch", base + where.start, base + where.stop
+        return names[vector], where.start, where.stop
+
+    plan = []
+    for reducing, (f_vec, f_out, f_into, f_in, f_acc), (b_vec, b_out, b_into, b_in, b_acc) in both:
+        f_target, b_target = piece(f_into, f_in), piece(b_into, b_in)
         if reducing:  # each target a chunk neither ring sends at this step
-            f_recv = irecv_combine(given[f_acc], left, f_target, "dring-forward")
-            b_recv = irecv_combine(given[b_acc], right, b_target, "dring-backward")
-            sends = isend(vectors[f_vec][f_out], right), isend(vectors[b_vec][b_out], left)
-            f_recv.Wait()
-            b_recv.Wait()
+            plan += [irecv_reduce(left, piece(INPUT, f_acc), f_target, 0),
+                     irecv_reduce(right, piece(INPUT, b_acc), b_target, 1)]
         else:
-            f_recv, b_recv = irecv(f_target, left), irecv(b_target, right)
-            sends = isend(vectors[f_vec][f_out], right), isend(vectors[b_vec][b_out], left)
-            f_recv.Wait()
-            b_recv.Wait()
-        for request in sends:
-            request.Wait()
+            plan += [irecv(left, f_target, 0), irecv(right, b_target, 1)]
+        plan += [isend(right, piece(f_vec, f_out), 2), isend(left, piece(b_vec, b_out), 3), wait(0, 1, 2, 3)]
+    return tuple(plan)
 
 
 def _ranks(order):
     return None if order is None else order.order
 
 
+def steps(size, rank, count, itemsize, order=None):
+    """This rank's plan of the all-reduce around the ranks' order or ``order`` (a
+    :class:`.bamring.RingOrder`): :func:`_both_rings` as :func:`_as_plan` makes it, the partial
+    sums in the output; on one or two ranks the ring's."""
+    if size <= 2:
+        return ring.steps(size, rank, count, itemsize, _ranks(order))
+    both, right, left, longest = _both_rings(size, rank, count, itemsize, _ranks(order))
+    return _as_plan(both, right, left, {INPUT: "input", PARTIAL: "output"}, longest)
+
+
+def reduce_scatter_steps(size, rank, count, itemsize, order=None, partial="scratch"):
+    """This rank's plan of the reduce-scatter: each chunk r of ``chunk_offsets(count, N)`` cut in
+    two, the forward ring reducing the first halves and the backward ring the second, both in
+    flight at every one of the N-1 steps, so rank r ends with both halves of chunk r in
+    ``"output"``. Partial sums go to their place in ``partial`` (``"input"`` in place, or
+    ``"partial"``), or to two pieces of scratch a ring in turn (``"scratch"``). On one or two
+    ranks the ring's."""
+    if size <= 2:
+        return ring.reduce_scatter_steps(size, rank, count, itemsize, _ranks(order), partial)
+    spare = partial == "scratch"
+    both, right, left, longest = _both_rings(size, rank, count, itemsize, _ranks(order), "reduce_scatter", spare)
+    return _as_plan(both, right, left, {INPUT: "input", PARTIAL: partial, RESULT: "output"}, longest)
+
+
+def all_gather_steps(size, rank, count, itemsize, order=None):
+    """This rank's plan of the all-gather in place on ``"output"``: the first half of each chunk
+    forward, the second backward, both in flight at every one of the N-1 steps. On one or two
+    ranks the ring's."""
+    if size <= 2:
+        return ring.all_gather_steps(size, rank, count, itemsize, _ranks(order))
+    both, right, left, longest = _both_rings(size, rank, count, itemsize, _ranks(order), "all_gather")
+    return _as_plan(both, right, left, {INPUT: "output"}, longest)
+
+
 def allreduce(coll, sendbuf, recvbuf, order=None):
-    """Both rings around the ranks' order, or ``order`` (a :class:`.bamring.RingOrder`); on
-    one or two ranks the ring."""
-    ranks = _ranks(order)
-    if coll.size <= 2:
-        ring.allreduce(coll, sendbuf, recvbuf, ranks)
-        return
-    steps, right, left, _ = coll.plan(_plan, sendbuf.size, sendbuf.dtype, ranks)
-    _run(coll, steps, right, left, (sendbuf, recvbuf))
+    """Both rings around the ranks' order, or ``order`` (a :class:`.bamring.RingOrder`): :func:`steps`."""
+    engine.run(coll, steps, sendbuf, recvbuf, order)
 
 
 def reduce_scatter(coll, src, partial, result, order=None):
     """Both rings' reduce-scatter around the ranks' order, or ``order`` (a
-    :class:`.bamring.RingOrder`): each chunk r of ``chunk_offsets(count, N)`` cut in two, the
-    forward ring reducing the first halves and the backward ring the second, both in flight at
-    every one of the N-1 steps, so rank r ends with both halves of chunk r in ``result``. Partial
-    sums go to their place in ``partial``, or to two pieces of scratch a ring in turn when it is
-    None. On one or two ranks the ring's."""
-    ranks = _ranks(order)
-    if coll.size <= 2:
-        ring.reduce_scatter(coll, src, partial, result, ranks)
-        return
-    spare = partial is None
-    steps, right, left, longest = coll.plan(_plan, src.size, src.dtype, ranks, "reduce_scatter", spare)
-    pieces = tuple(coll.scratch(src.dtype, longest, f"dring-partial-{k}") for k in range(4)) if spare else ()
-    _run(coll, steps, right, left, (src, partial, result, *pieces))
+    :class:`.bamring.RingOrder`): :func:`reduce_scatter_steps`, the partial sums in ``partial``
+    (``src`` itself in place), or in scratch when it is None."""
+    where = "scratch" if partial is None else "input" if same_memory(partial, src) else "partial"
+    engine.bound(coll, reduce_scatter_steps, src.size, src.dtype, order, where,
+                 names=ring.REDUCE_SCATTER)(src, partial, result)
 
 
 def all_gather(coll, whole, order=None):
-    """Both rings' all-gather in place around the ranks' order, or ``order``: the first half of
-    each chunk forward, the second backward, both in flight at every one of the N-1 steps. On
-    one or two ranks the ring's."""
-    ranks = _ranks(order)
-    if coll.size <= 2:
-        ring.all_gather(coll, whole, ranks)
-        return
-    steps, right, left, _ = coll.plan(_plan, whole.size, whole.dtype, ranks, "all_gather")
-    _run(coll, steps, right, left, (whole,))
+    """Both rings' all-gather in place around the ranks' order, or ``order``: :func:`all_gather_steps`."""
+    engine.bound(coll, all_gather_steps, whole.size, whole.dtype, order, names=ring.ALL_GATHER)(whole)
 
 
 def model_ring(model):
@@ -243,6 +261,7 @@ def half_schedule(model, m):
 
 
 # a matrix is optional: the ring's order
-ALGORITHM = Algorithm("dring", allreduce, schedule=schedule, prepare=prepare, accepts_bandwidth=True,
+ALGORITHM = Algorithm("dring", allreduce, schedule=schedule, steps=steps,
+                      plan_input=lambda size, matrix, nodes: prepare(size, None, matrix), prepare=prepare, accepts_bandwidth=True,
                       reduce_scatter=reduce_scatter, all_gather=all_gather, reduce_scatter_schedule=half_schedule,
                       all_gather_schedule=half_schedule)

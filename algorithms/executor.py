@@ -207,6 +207,7 @@ class Collective:
             getattr(transport, "sendrecv_combine", None) or self._combine_from_scratch, combine=self.combine)
         self._exchanges = {}  # exchange(): bound exchanges by shape and peers
         self._plans = {}  # plan(): algorithms' steps by shape
+        self.engines = {}  # engine.bound(): plans bound to this context, by builder, shape and tree
 
     def exchange(self, dtype, send_count, dest, recv_count, source, reducing=False):
         """A blocking exchange of ``send_count`` elements of ``dtype`` to ``dest`` and

@@ -49,17 +49,19 @@ across the nodes, also with ``ALLREDUCE_HIER_ACROSS=bamtree`` (a tree reduces to
 
 import math
 import zlib
+from typing import NamedTuple
 
 import numpy as np
 from mpi4py import MPI
 
 from topology import BandwidthMatrix, build_tree
 
-from . import ring
+from . import engine, ring
 from . import tree as tree_executor
 from .algorithm import Algorithm
 from .executor import Private, private_comm
 from .layout import SEGMENT_BYTES, chunk_offsets
+from .plan import copy, relabel, zero
 from .plans import from_bandwidth, matrix_key
 from .settings import WIRE, setting
 
@@ -121,6 +123,7 @@ class Layout:
         self.source = "ALLREDUCE_NODE_MAP" if given else "shared memory"
         self._privates = []  # every sub-communicator's Private, in the order they were made
         self._trees = {}  # bandwidth key -> the BAM tree across nodes
+        self._nodes = {}  # id of the tree across nodes -> the plan's Nodes
         node_comm = None
         if given:
             labels = list(given)
@@ -194,6 +197,13 @@ class Layout:
             tree = self._trees[bandwidth.key] = build_tree(inter, root=0, method="bam")
         return tree
 
+    def plan_nodes(self, tree):
+        """The :class:`Nodes` the plan runs on with ``tree`` across the nodes, made once per tree."""
+        nodes = self._nodes.get(id(tree))
+        if nodes is None or nodes.tree is not tree:
+            nodes = self._nodes[id(tree)] = Nodes(tuple(map(tuple, self.members)), tree)
+        return nodes
+
     def packing(self, count):
         """The halves' :class:`Packing` of ``count`` elements, made once per count (64 kept)."""
         packing = self._packings.get(count)
@@ -214,31 +224,111 @@ def layout_of(comm=None):
     return private_comm(MPI.COMM_WORLD if comm is None else comm).resource(RESOURCE, Layout)
 
 
-def allreduce(coll, sendbuf, recvbuf, bandwidth=None):
-    layout = coll.private.resource(RESOURCE, Layout)
-    tree = layout.across_tree(bandwidth)
-    count = recvbuf.size
-    if layout.size == 1 or count == 0:
-        coll.start_in(sendbuf, recvbuf)
-        return
-    xp, op = coll.xp, coll.op
-    offsets = chunk_offsets(count, layout.pieces)
-    node = coll if layout.node_is_whole else layout.node.collective(xp, op) if layout.node is not None else None
-    if node is None:
-        coll.start_in(sendbuf, recvbuf)
-    else:
-        _reduce_scatter(node, layout.pieces, sendbuf, recvbuf, offsets)
-    for piece, private in layout.mine.items():
+class Nodes(NamedTuple):
+    """What hier's plan runs on: each node's ranks in rank order (the nodes in order of their
+    first rank), and the tree across the nodes (None: rings)."""
+
+    members: tuple
+    tree: object = None
+
+
+def steps(size, rank, count, itemsize, nodes):
+    """This rank's plan (:mod:`.plan`), a plan of plans (:func:`.plan.relabel`): the node's ring
+    reduce-scatter in rounds (:func:`_within_reduce_scatter`), each owned piece's ring (or tree)
+    all-reduce among its owners across the nodes, in increasing order of piece, and the node's
+    ring all-gather in the same rounds (:func:`_within_all_gather`); ``nodes``, a :class:`Nodes`."""
+    members = nodes.members
+    node = next(k for k, ranks in enumerate(members) if rank in ranks)
+    local = members[node]
+    n, i = len(local), local.index(rank)
+    if size == 1 or count == 0:
+        return (copy(("input", 0, count), ("output", 0, count)),)
+    pieces = max(len(ranks) for ranks in members)
+    offsets = chunk_offsets(count, pieces)
+    plan = list(_within_reduce_scatter(local, i, pieces, offsets, itemsize)) if n > 1 else \
+        [copy(("input", 0, count), ("output", 0, count))]
+    for piece in range(i, pieces, n) if len(members) > 1 else ():
         lo, hi = offsets[piece], offsets[piece + 1]
         if hi > lo:
-            shard = recvbuf[lo:hi]
-            across = coll if private is None else private.collective(xp, op)
-            if tree is None:
-                ring.allreduce(across, shard, shard)
-            else:
-                tree_executor.allreduce(across, shard, shard, [tree])
-    if node is not None:
-        _all_gather(node, layout.pieces, recvbuf, offsets)
+            k = len(members)
+            sub = ring.steps(k, node, hi - lo, itemsize) if nodes.tree is None else \
+                tree_executor.one_tree(k, node, hi - lo, itemsize, nodes.tree)
+            plan += relabel(sub, owners(members, piece), {"input": ("output", lo), "output": ("output", lo)})
+    if n > 1:
+        plan += _within_all_gather(local, i, pieces, offsets, itemsize)
+    return tuple(plan)
+
+
+def _within_reduce_scatter(local, i, pieces, offsets, itemsize):
+    """The node's reduce-scatter (its ranks ``local``, this one local rank ``i``): each full round's
+    span the ring's reduce-scatter, in place in the output, leaving this rank's piece reduced at
+    its place; the last round's m < n pieces zero-padded into scratch, n chunks of the largest
+    piece's size, reduce-scattered there, and this rank's piece copied out."""
+    n = len(local)
+    full, rest = _rounds(n, pieces, offsets)
+    plan = []
+    for first, lo, hi in full:
+        if hi > lo:
+            plan += relabel(ring.reduce_scatter_steps(n, i, hi - lo, itemsize, None, "partial"), local,
+                            {"input": ("input", lo), "partial": ("output", lo), "output": ("output", offsets[first + i])})
+    if rest is None or rest[2] == 0:
+        return plan
+    first, m, width = rest
+    for t in range(m):
+        lo, hi = offsets[first + t], offsets[first + t + 1]
+        plan.append(copy(("input", lo, hi), ("scratch", t * width, t * width + hi - lo)))
+        if hi - lo < width:
+            plan.append(zero(("scratch", t * width + hi - lo, (t + 1) * width)))
+    plan.append(zero(("scratch", m * width, n * width)))
+    plan += relabel(ring.reduce_scatter_steps(n, i, n * width, itemsize, None, "input"), local,
+                    {"input": ("scratch", 0), "output": ("scratch", i * width)})
+    if i < m:
+        lo, hi = offsets[first + i], offsets[first + i + 1]
+        plan.append(copy(("scratch", i * width, i * width + hi - lo), ("output", lo, hi)))
+    return plan
+
+
+def _within_all_gather(local, i, pieces, offsets, itemsize):
+    """From this local rank's pieces, reduced everywhere, to the whole vector on every rank of the
+    node: the ring's all-gather of each full round, and of the last round through the padded scratch."""
+    n = len(local)
+    full, rest = _rounds(n, pieces, offsets)
+    plan = []
+    for _, lo, hi in full:
+        if hi > lo:
+            plan += relabel(ring.all_gather_steps(n, i, hi - lo, itemsize), local, {"output": ("output", lo)})
+    if rest is None or rest[2] == 0:
+        return plan
+    first, m, width = rest
+    if i < m:
+        lo, hi = offsets[first + i], offsets[first + i + 1]
+        plan.append(copy(("output", lo, hi), ("scratch", i * width, i * width + hi - lo)))
+    plan += relabel(ring.all_gather_steps(n, i, n * width, itemsize), local, {"output": ("scratch", 0)})
+    for t in range(m):
+        if t != i:
+            lo, hi = offsets[first + t], offsets[first + t + 1]
+            plan.append(copy(("scratch", t * width, t * width + hi - lo), ("output", lo, hi)))
+    return plan
+
+
+def allreduce(coll, sendbuf, recvbuf, bandwidth=None):
+    """:func:`steps` on the communicator's :class:`Layout` and tree across the nodes."""
+    layout = coll.private.resource(RESOURCE, Layout)
+    engine.run(coll, steps, sendbuf, recvbuf, layout.plan_nodes(layout.across_tree(bandwidth)))
+
+
+def plan_input(size, matrix, nodes):
+    """The :class:`Nodes` of ``size`` ranks on nodes ``nodes`` (one id per rank), the tree across
+    them built from ``matrix`` where ``ALLREDUCE_HIER_ACROSS=bamtree``."""
+    _, members = node_layout(nodes)
+    tree = None
+    if setting("ALLREDUCE_HIER_ACROSS") == "bamtree" and len(members) > 1:
+        if matrix is None:
+            raise ValueError(_NEEDS_BANDWIDTH)
+        firsts = [ranks[0] for ranks in members]
+        pick = np.ix_(firsts, firsts)
+        tree = build_tree(BandwidthMatrix(matrix.bandwidth[pick], matrix.latency[pick]), root=0, method="bam")
+    return Nodes(tuple(map(tuple, members)), tree)
 
 
 def _rounds(n, pieces, offsets):
@@ -248,50 +338,6 @@ def _rounds(n, pieces, offsets):
     first = pieces // n * n
     rest = (first, pieces - first, offsets[first + 1] - offsets[first]) if first < pieces else None
     return full, rest
-
-
-def _reduce_scatter(node, pieces, sendbuf, recvbuf, offsets):
-    """Leave this local rank's pieces, reduced over the node, at their places in ``recvbuf``."""
-    n, i = node.size, node.rank
-    full, rest = _rounds(n, pieces, offsets)
-    for first, lo, hi in full:
-        if hi > lo:
-            ring.reduce_scatter(node, sendbuf[lo:hi], recvbuf[lo:hi],
-                                recvbuf[offsets[first + i]:offsets[first + i + 1]])
-    if rest is None or rest[2] == 0:
-        return
-    first, m, width = rest
-    pad = node.scratch(sendbuf.dtype, n * width, "hier-pad")
-    for t in range(m):
-        lo, hi = offsets[first + t], offsets[first + t + 1]
-        pad[t * width:t * width + hi - lo] = sendbuf[lo:hi]
-        pad[t * width + hi - lo:(t + 1) * width] = 0
-    pad[m * width:] = 0
-    ring.reduce_scatter(node, pad, pad, pad[i * width:(i + 1) * width])
-    if i < m:
-        lo, hi = offsets[first + i], offsets[first + i + 1]
-        recvbuf[lo:hi] = pad[i * width:i * width + hi - lo]
-
-
-def _all_gather(node, pieces, recvbuf, offsets):
-    """From this local rank's pieces (reduced everywhere) to the whole vector on every local rank."""
-    n, i = node.size, node.rank
-    full, rest = _rounds(n, pieces, offsets)
-    for _, lo, hi in full:
-        if hi > lo:
-            ring.all_gather(node, recvbuf[lo:hi])
-    if rest is None or rest[2] == 0:
-        return
-    first, m, width = rest
-    pad = node.scratch(recvbuf.dtype, n * width, "hier-pad")
-    if i < m:
-        lo, hi = offsets[first + i], offsets[first + i + 1]
-        pad[i * width:i * width + hi - lo] = recvbuf[lo:hi]
-    ring.all_gather(node, pad)
-    for t in range(m):
-        if t != i:
-            lo, hi = offsets[first + t], offsets[first + t + 1]
-            recvbuf[lo:hi] = pad[t * width:t * width + hi - lo]
 
 
 class Packing:
@@ -531,7 +577,7 @@ def _between_nodes(model, groups):
     return BandwidthMatrix(model.matrix.bandwidth[pick], model.matrix.latency[pick])
 
 
-ALGORITHM = Algorithm("hier", allreduce, schedule=schedule, prepare=prepare,
+ALGORITHM = Algorithm("hier", allreduce, schedule=schedule, steps=steps, plan_input=plan_input, prepare=prepare,
                       needs_bandwidth=lambda: setting("ALLREDUCE_HIER_ACROSS") == "bamtree",
                       reduce_scatter=reduce_scatter, all_gather=all_gather,
                       reduce_scatter_schedule=half_schedule, all_gather_schedule=half_schedule,

@@ -8,27 +8,35 @@ segments (:func:`layout.segment_offsets`); the root reduces each as it arrives
 
 import numpy as np
 
+from . import engine
 from .algorithm import Algorithm
 from .layout import segment_offsets, segments
+from .plan import copy, recv, recv_reduce, send
 
 ROOT = 0
 
 
+def steps(size, rank, count, itemsize):
+    """This rank's plan (:mod:`.plan`): a worker sends its segments to the root and receives the
+    result; the root reduces each worker's segments into its own as they arrive, segment by
+    segment, worker by worker, then sends the result to each worker in turn."""
+    cuts = segment_offsets(count, itemsize)
+    pieces = [(lo, hi) for lo, hi in zip(cuts, cuts[1:])]
+    if rank != ROOT:
+        return (*(send(ROOT, ("input", lo, hi)) for lo, hi in pieces), recv(ROOT, ("output", 0, count)))
+    plan = [copy(("input", 0, count), ("output", 0, count))]
+    for lo, hi in pieces:
+        plan += [recv_reduce(source, ("output", lo, hi), ("output", lo, hi)) for source in range(1, size)]
+    plan += [send(dest, ("output", 0, count)) for dest in range(1, size)]
+    return tuple(plan)
+
+
 def allreduce(coll, sendbuf, recvbuf):
-    cuts = segment_offsets(sendbuf.size, sendbuf.itemsize)
-    if coll.rank != ROOT:
-        for k in range(len(cuts) - 1):
-            coll.send(sendbuf[cuts[k]:cuts[k + 1]], ROOT)
-        coll.recv(recvbuf, ROOT)
-        return
-    coll.start_in(sendbuf, recvbuf)
-    workers = range(1, coll.size)
-    for k in range(len(cuts) - 1):
-        partial = recvbuf[cuts[k]:cuts[k + 1]]
-        for source in workers:
-            coll.recv_combine(partial, source, partial)  # straight from the slot within a node
-    for dest in workers:
-        coll.send(recvbuf, dest)
+    engine.run(coll, steps, sendbuf, recvbuf)
+
+
+def bind(coll, count, dtype):
+    return engine.bound(coll, steps, count, dtype)
 
 
 def schedule(model, m):
@@ -42,4 +50,4 @@ def schedule(model, m):
     return [(1, "up", up), (1, "down", down)]
 
 
-ALGORITHM = Algorithm("ps", allreduce, schedule=schedule)
+ALGORITHM = Algorithm("ps", allreduce, schedule=schedule, bind=bind, steps=steps)

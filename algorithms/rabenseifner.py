@@ -40,8 +40,10 @@ import functools
 
 import numpy as np
 
+from . import engine
 from .algorithm import Algorithm
 from .layout import chunk_offsets, segment_offsets
+from .plan import copy, irecv, isend, recv, recv_reduce, send, sendrecv, sendrecv_reduce, wait
 from .settings import setting
 
 
@@ -215,34 +217,63 @@ def _fold_in(coll, members, current, out):
     return current
 
 
-def bind(coll, count, dtype):
-    """``run(sendbuf, recvbuf)`` for vectors of ``count`` elements of ``dtype``."""
-    if coll.size == 1:
-        return coll.start_in
-    core, members, steps_bound = coll.plan(_bound, count, dtype, steps)
+def allreduce_steps(size, rank, count, itemsize):
+    """This rank's plan (:mod:`.plan`) of the all-reduce: a member sends its vector to its core in
+    segments and receives the result; a core reduces its members' vectors in, runs the m halving
+    steps (radix 2: one reducing exchange a piece; radix k: the k-1 parts sent at once, those
+    received reduced in round order), the m doubling steps in reverse, and sends each member the
+    result. Its partial sums are its input until it first reduces, then the output."""
+    if size == 1:
+        return (copy(("input", 0, count), ("output", 0, count)),)
+    core, members, rounds = _plan(count, itemsize, size, radix(size), rank, steps)
+    segments = segment_offsets(count, itemsize)
+    segments = list(zip(segments, segments[1:]))
     if core is not None:
-        recv = coll.recv
+        return (*(send(core, ("input", lo, hi)) for lo, hi in segments), recv(core, ("output", 0, count)))
+    plan, current = [], "input"
+    for member in members:
+        plan += [recv_reduce(member, (current, lo, hi), ("output", lo, hi)) for lo, hi in segments]
+        current = "output"
+    for reduce_rounds, _ in rounds:
+        for j in range(len(reduce_rounds[0][2])):
+            if len(reduce_rounds) == 1:
+                outs, dest, intos, source = reduce_rounds[0]
+                plan.append(sendrecv_reduce(dest, _slice(current, outs[j]), source, _slice(current, intos[j]),
+                                            _slice("output", intos[j])))
+                continue
+            plan += [isend(dest, _slice(current, outs[j]), t) for t, (outs, dest, _, _) in enumerate(reduce_rounds)]
+            acc, target = _slice(current, reduce_rounds[0][2][j]), _slice("output", reduce_rounds[0][2][j])
+            for _, _, _, source in reduce_rounds:  # in round order
+                plan.append(recv_reduce(source, acc, target))
+                acc = target
+            plan.append(wait(*range(len(reduce_rounds))))
+        current = "output"
+    for _, gather_rounds in reversed(rounds):
+        for j in range(len(gather_rounds[0][0])):
+            if len(gather_rounds) == 1:
+                outs, dest, intos, source = gather_rounds[0]
+                plan.append(sendrecv(dest, _slice("output", outs[j]), source, _slice("output", intos[j])))
+                continue
+            k = len(gather_rounds)
+            plan += [irecv(source, _slice("output", intos[j]), t) for t, (_, _, intos, source) in enumerate(gather_rounds)]
+            plan += [isend(dest, _slice("output", outs[j]), k + t) for t, (outs, dest, _, _) in enumerate(gather_rounds)]
+            plan.append(wait(*range(2 * k)))
+    plan += [send(member, ("output", 0, count)) for member in members]
+    return tuple(plan)
 
-        def run_member(sendbuf, recvbuf):
-            _send_in(coll, sendbuf, core)
-            recv(recvbuf, core)
-        return run_member
-    send = coll.send
 
-    def run(sendbuf, recvbuf):
-        current = _fold_in(coll, members, sendbuf, recvbuf)
-        for reduce, _ in steps_bound:
-            reduce(current, recvbuf)
-            current = recvbuf
-        for _, gather in reversed(steps_bound):
-            gather(recvbuf)
-        for member in members:
-            send(recvbuf, member)
-    return run
+def _slice(vector, piece):
+    """A plan's slice of ``vector`` for a slice object."""
+    return vector, piece.start, piece.stop
+
+
+def bind(coll, count, dtype):
+    """``run(sendbuf, recvbuf)`` for vectors of ``count`` elements of ``dtype``: :func:`allreduce_steps`."""
+    return engine.bound(coll, allreduce_steps, count, dtype)
 
 
 def allreduce(coll, sendbuf, recvbuf):
-    coll.plan(bind, recvbuf.size, recvbuf.dtype)(sendbuf, recvbuf)
+    engine.run(coll, allreduce_steps, sendbuf, recvbuf)
 
 
 def _scatter_bound(coll, count, dtype, in_place):
@@ -412,6 +443,7 @@ def all_gather_schedule(model, m):
     return parts
 
 
-ALGORITHM = Algorithm("rabenseifner", allreduce, schedule=schedule, bind=bind, reduce_scatter=reduce_scatter,
+ALGORITHM = Algorithm("rabenseifner", allreduce, schedule=schedule, bind=bind, steps=allreduce_steps,
+                      reduce_scatter=reduce_scatter,
                       all_gather=all_gather, reduce_scatter_schedule=reduce_scatter_schedule,
                       all_gather_schedule=all_gather_schedule)

@@ -24,9 +24,10 @@ import functools
 
 import numpy as np
 
-from . import bruck
+from . import bruck, engine
 from .algorithm import Algorithm
 from .layout import segment_offsets
+from .plan import combine, copy, recv, send, sendrecv
 
 
 @functools.lru_cache(maxsize=256)
@@ -51,79 +52,41 @@ def _plan(count, itemsize, n, rank):
     return cuts, pair, sits_out, tuple(steps)
 
 
-def _bound(coll, count, dtype):
-    """:func:`_plan` with each power-of-two step's exchanges bound (:meth:`Collective.exchange`),
-    made once per shape (:meth:`Collective.plan`): ``(cuts, pair, sits_out, pieces, steps)``,
-    ``pieces`` each segment's slice (None for the whole vector) and scratch view, ``steps``
-    ``(exchanges, lower)`` with one bound exchange per piece."""
-    cuts, pair, sits_out, steps = _plan(count, dtype.itemsize, coll.size, coll.rank)
+def steps(size, rank, count, itemsize):
+    """This rank's plan (:mod:`.plan`) from :func:`_plan`: a rank that sits out sends its segments
+    to its pair and receives the result; its pair receives each into scratch and reduces it into
+    the output; then each power-of-two step exchanges every segment with the partner (into
+    scratch) and reduces (lower rank's partial) op (higher rank's), into the output; the pair's
+    result goes back last. A rank's partial is its input until it first reduces."""
+    cuts, pair, sits_out, partners = _plan(count, itemsize, size, rank)
+    pieces = [(lo, hi) for lo, hi in zip(cuts, cuts[1:])]
+    if size == 1:
+        return (copy(("input", 0, count), ("output", 0, count)),)
     if sits_out:
-        return cuts, pair, sits_out, (), ()
-    incoming = coll.scratch(dtype, cuts[1], "rd-in")
-    if len(cuts) == 2:
-        pieces = ((None, incoming),)
-    else:
-        pieces = tuple((slice(lo, hi), incoming[: hi - lo]) for lo, hi in zip(cuts, cuts[1:]))
-    lengths = [hi - lo for lo, hi in zip(cuts, cuts[1:])]
-    bound = tuple((tuple(coll.exchange(dtype, n, partner, n, partner) for n in lengths), lower)
-                  for partner, lower in steps)
-    return cuts, pair, sits_out, pieces, bound
+        return (*(send(pair, ("input", lo, hi)) for lo, hi in pieces), recv(pair, ("output", 0, count)))
+    plan, current = [], "input"
+    if pair is not None:
+        for lo, hi in pieces:
+            theirs = ("scratch", 0, hi - lo)
+            plan += [recv(pair, theirs), combine(theirs, (current, lo, hi), ("output", lo, hi))]
+        current = "output"
+    for partner, lower in partners:
+        for lo, hi in pieces:
+            mine, theirs = (current, lo, hi), ("scratch", 0, hi - lo)
+            plan.append(sendrecv(partner, mine, partner, theirs))
+            plan.append(combine(theirs, mine, ("output", lo, hi)) if lower else combine(mine, theirs, ("output", lo, hi)))
+        current = "output"
+    if pair is not None:
+        plan.append(send(pair, ("output", 0, count)))
+    return tuple(plan)
 
 
 def bind(coll, count, dtype):
-    """``run(sendbuf, recvbuf)`` for vectors of ``count`` elements of ``dtype``, its steps bound
-    (:func:`_bound`); where nothing sits out and the vector is one segment (N a power of two,
-    the short messages this algorithm is for), only the exchanges and combinations are left."""
-    if coll.size == 1:
-        return coll.start_in
-    cuts, pair, sits_out, pieces, steps = coll.plan(_bound, count, dtype)
-    send, recv, combine = coll.send, coll.recv, coll.combine
-    if sits_out:
-        def run(sendbuf, recvbuf):
-            for k in range(len(cuts) - 1):
-                send(sendbuf[cuts[k]:cuts[k + 1]], pair)
-            recv(recvbuf, pair)
-        return run
-    if pair is None and len(pieces) == 1:
-        theirs, exchanges = pieces[0][1], tuple((exchange, lower) for (exchange,), lower in steps)
-
-        def run(sendbuf, recvbuf):
-            current = sendbuf  # its input until it first combines into recvbuf
-            for exchange, lower in exchanges:
-                exchange(current, theirs)
-                if lower:
-                    combine(theirs, current, recvbuf)
-                else:
-                    combine(current, theirs, recvbuf)
-                current = recvbuf
-        return run
-
-    def run(sendbuf, recvbuf):
-        current = sendbuf
-        if pair is not None:
-            for cut, theirs in pieces:
-                mine, out = (current, recvbuf) if cut is None else (current[cut], recvbuf[cut])
-                recv(theirs, pair)
-                combine(theirs, mine, out)
-            current = recvbuf
-        for exchanges, lower in steps:
-            for (cut, theirs), exchange in zip(pieces, exchanges):
-                mine, out = (current, recvbuf) if cut is None else (current[cut], recvbuf[cut])
-                exchange(mine, theirs)
-                if lower:
-                    combine(theirs, mine, out)
-                else:
-                    combine(mine, theirs, out)
-            current = recvbuf
-        if pair is not None:
-            send(recvbuf, pair)
-    return run
+    return engine.bound(coll, steps, count, dtype)
 
 
 def allreduce(coll, sendbuf, recvbuf):
-    coll.plan(bind, recvbuf.size, recvbuf.dtype)(sendbuf, recvbuf)
-
-
+    engine.run(coll, steps, sendbuf, recvbuf)
 
 
 def schedule(model, m):
@@ -156,5 +119,5 @@ def received(n, nbytes):
     return (n - p + p * (p.bit_length() - 1)) * nbytes, (n - p) * nbytes
 
 
-ALGORITHM = Algorithm("rd", allreduce, schedule=schedule, bind=bind, received=received, all_gather=bruck.all_gather,
+ALGORITHM = Algorithm("rd", allreduce, schedule=schedule, bind=bind, steps=steps, received=received, all_gather=bruck.all_gather,
                       all_gather_schedule=bruck.schedule)

@@ -25,12 +25,13 @@ all-gather. Every element is still reduced in the same order.
 
 import numpy as np
 
+from . import engine
 from .algorithm import Algorithm
+from .arrays import same_memory
 from .layout import chunk_offsets, segment_offsets
+from .plan import copy, sendrecv, sendrecv_reduce
 
 __all__ = ["chunk_offsets", "reduce_scatter", "all_gather", "allreduce"]
-
-VIEWS_KEPT_BYTES = 64 << 10  # vectors up to this size keep their slices (:func:`bind`)
 
 
 def _pieces(offsets, parts, j):
@@ -69,127 +70,97 @@ def _all_gather_order(n, rank, order=None):
     return [(order[(p - step) % n], order[(p - step - 1) % n]) for step in range(n - 1)]
 
 
-def _reduce_scatter_pieces(coll, src, partial, result, pieces, order=None):
-    """The N-1 reduce-scatter steps on one piece of every chunk; this rank's reduced piece
-    goes to ``result`` (a vector as long as it)."""
-    n, rank = coll.size, coll.rank
-    _, _, right, left = _ring(n, rank, order)
-    steps = _reduce_scatter_order(n, rank, order)
-    lo, hi = pieces[steps[0][0]]
-    outgoing = src[lo:hi]
-    for step, (_, into) in enumerate(steps):
-        lo, hi = pieces[into]
-        if step == n - 2:
-            target = result
-        elif partial is None:
-            # two buffers in turn: this step writes its partial while still sending the last one
-            target = coll.scratch(src.dtype, hi - lo, f"ring-partial-{step % 2}")
-        else:
-            target = partial[lo:hi]
-        coll.sendrecv_combine(outgoing, right, src[lo:hi], left, target)
-        outgoing = target
-
-
-def _all_gather_pieces(coll, buf, pieces, order=None):
-    """The N-1 all-gather steps on one piece of every chunk of ``buf``."""
-    n, rank = coll.size, coll.rank
-    _, _, right, left = _ring(n, rank, order)
-    for out, into in _all_gather_order(n, rank, order):
-        (slo, shi), (rlo, rhi) = pieces[out], pieces[into]
-        coll.sendrecv(buf[slo:shi], right, buf[rlo:rhi], left)
-
-
-def _allreduce_plan(coll, count, dtype, order):
-    """The all-reduce's exchanges in order, made once per shape (:meth:`Collective.plan`): for
-    each piece, its N-1 reduce-scatter steps ``(exchange, True, from_input, sent, received)``
-    then its N-1 all-gather steps ``(exchange, False, False, sent, received)``, the pieces as
-    slices of the vectors and each exchange bound to their sizes (:meth:`Collective.exchange`).
-    A reduce-scatter step sends from the input at step 0 and from the result vector (the
-    partial sum) after."""
-    n, rank = coll.size, coll.rank
-    _, _, right, left = _ring(n, rank, order)
-    offsets = chunk_offsets(count, n)
-    parts = _parts(offsets, dtype.itemsize)
-
-    def step(reducing, from_input, out, into):
-        exchange = coll.exchange(dtype, out.stop - out.start, right, into.stop - into.start, left, reducing)
-        return exchange, reducing, from_input, out, into
-
+def steps(size, rank, count, itemsize, order=None):
+    """This rank's plan (:mod:`.plan`) of the all-reduce around ``order``: for each piece, its N-1
+    reduce-scatter steps (each a ``sendrecv_reduce``: the partial sum to the right, from the
+    input at step 0 and from the output after, the left's partial reduced with this rank's input
+    into the output) then its N-1 all-gather steps (``sendrecv`` of finished chunks)."""
+    if size == 1:
+        return (copy(("input", 0, count), ("output", 0, count)),)
+    _, _, right, left = _ring(size, rank, order)
+    offsets = chunk_offsets(count, size)
+    parts = _parts(offsets, itemsize)
     plan = []
     for j in range(parts):
-        pieces = [slice(lo, hi) for lo, hi in _pieces(offsets, parts, j)]
-        for index, (out, into) in enumerate(_reduce_scatter_order(n, rank, order)):
-            plan.append(step(True, index == 0, pieces[out], pieces[into]))
-        for out, into in _all_gather_order(n, rank, order):
-            plan.append(step(False, False, pieces[out], pieces[into]))
+        pieces = _pieces(offsets, parts, j)
+        for index, (out, into) in enumerate(_reduce_scatter_order(size, rank, order)):
+            plan.append(sendrecv_reduce(right, ("input" if index == 0 else "output", *pieces[out]), left,
+                                        ("input", *pieces[into]), ("output", *pieces[into])))
+        for out, into in _all_gather_order(size, rank, order):
+            plan.append(sendrecv(right, ("output", *pieces[out]), left, ("output", *pieces[into])))
     return tuple(plan)
+
+
+def reduce_scatter_steps(size, rank, count, itemsize, order=None, partial="scratch"):
+    """This rank's plan of the reduce-scatter around ``order``, piece by piece: the N-1 steps of
+    :func:`_reduce_scatter_order`, each a ``sendrecv_reduce`` of the partial sum to the right (the
+    input at step 0) with the left's reduced into the next partial, the last into ``"output"``
+    (this rank's chunk). The partial sums go to their chunk's place in ``partial``: ``"input"``
+    (in place), ``"partial"`` (a whole-length vector of the caller's), or ``"scratch"`` (two
+    pieces in turn: a step writes its partial while the last one is still being sent)."""
+    offsets = chunk_offsets(count, size)
+    if size == 1:
+        return (copy(("input", 0, count), ("output", 0, count)),)
+    _, _, right, left = _ring(size, rank, order)
+    parts, own = _parts(offsets, itemsize), offsets[rank]
+    widest = -(-max(hi - lo for lo, hi in zip(offsets, offsets[1:])) // parts)
+    plan = []
+    for j in range(parts):
+        pieces = _pieces(offsets, parts, j)
+        moves = _reduce_scatter_order(size, rank, order)
+        outgoing = ("input", *pieces[moves[0][0]])
+        for index, (_, into) in enumerate(moves):
+            lo, hi = pieces[into]
+            if index == size - 2:
+                target = ("output", lo - own, hi - own)
+            elif partial == "scratch":
+                target = ("scratch", index % 2 * widest, index % 2 * widest + hi - lo)
+            else:
+                target = (partial, lo, hi)
+            plan.append(sendrecv_reduce(right, outgoing, left, ("input", lo, hi), target))
+            outgoing = target
+    return tuple(plan)
+
+
+def all_gather_steps(size, rank, count, itemsize, order=None):
+    """This rank's plan of the all-gather in place around ``order``: the N-1 ``sendrecv`` steps of
+    :func:`_all_gather_order` on ``"output"``, the whole vector, one piece a chunk."""
+    _, _, right, left = _ring(size, rank, order)
+    pieces = _pieces(chunk_offsets(count, size), 1, 0)
+    return tuple(sendrecv(right, ("output", *pieces[out]), left, ("output", *pieces[into]))
+                 for out, into in _all_gather_order(size, rank, order)) if size > 1 else ()
+
+
+#: the vectors the halves' plans name, in the order their runs take them
+REDUCE_SCATTER, ALL_GATHER = ("input", "partial", "output"), ("output",)
 
 
 def reduce_scatter(coll, src, partial, result, order=None):
     """Ring reduce-scatter of ``src`` (read only) into ``result`` (this rank's chunk), around
-    ``order`` (default: the ranks in order).
-
-    Intermediate partial sums go to their chunk's place in ``partial`` (a
-    full-length vector, which may be ``src`` itself when in place), or to two
-    one-piece scratch buffers in turn when ``partial`` is None. Each piece is
-    reduced as it arrives (:meth:`Collective.sendrecv_combine`).
-    """
-    n = coll.size
-    offsets = chunk_offsets(src.size, n)
-    if n == 1:
-        coll.start_in(src, result)
-        return
-    parts = _parts(offsets, src.itemsize)
-    cuts = chunk_offsets(result.size, parts)
-    for j in range(parts):
-        _reduce_scatter_pieces(coll, src, partial, result[cuts[j]:cuts[j + 1]],
-                               _pieces(offsets, parts, j), order)
+    ``order`` (default: the ranks in order): :func:`reduce_scatter_steps`, the partial sums in
+    ``partial`` (a whole-length vector, which may be ``src`` itself when in place) or, when it
+    is None, in scratch. Each piece is reduced as it arrives (:meth:`Collective.sendrecv_combine`)."""
+    where = "scratch" if partial is None else "input" if same_memory(partial, src) else "partial"
+    engine.bound(coll, reduce_scatter_steps, src.size, src.dtype, order, where,
+                 names=REDUCE_SCATTER)(src, partial, result)
 
 
 def all_gather(coll, buf, order=None):
-    """Ring all-gather in place: ``buf`` holds this rank's chunk at its place and ends whole."""
-    if coll.size > 1:
-        _all_gather_pieces(coll, buf, _pieces(chunk_offsets(buf.size, coll.size), 1, 0), order)
+    """Ring all-gather in place: ``buf`` holds this rank's chunk at its place and ends whole
+    (:func:`all_gather_steps`)."""
+    engine.bound(coll, all_gather_steps, buf.size, buf.dtype, order, names=ALL_GATHER)(buf)
 
 
 def bind(coll, count, dtype, order=None):
     """``run(sendbuf, recvbuf)`` for vectors of ``count`` elements of ``dtype`` around ``order``:
-    the steps of :func:`_allreduce_plan` on slices of the two vectors. Up to
-    :data:`VIEWS_KEPT_BYTES` the slices of the last two vectors are kept, and reused while the
-    call gets those same vectors (a slice costs 0.2 us, a step 2-3 of them); a small ring
-    all-reduce then makes none."""
-    if coll.size == 1:
-        return coll.start_in
-    plan = coll.plan(_allreduce_plan, count, dtype, order)
-
-    def steps(sendbuf, recvbuf):
-        """Each step's exchange and its arguments, sliced as the step comes."""
-        for exchange, reducing, from_input, out, into in plan:
-            if reducing:
-                yield exchange, ((sendbuf if from_input else recvbuf)[out], sendbuf[into], recvbuf[into])
-            else:
-                yield exchange, (recvbuf[out], recvbuf[into])
-
-    if count * dtype.itemsize > VIEWS_KEPT_BYTES:
-        def run(sendbuf, recvbuf):
-            for exchange, args in steps(sendbuf, recvbuf):
-                exchange(*args)
-        return run
-    last = [None, None, ()]  # the last vectors, and their steps
-
-    def run_small(sendbuf, recvbuf):
-        if sendbuf is not last[0] or recvbuf is not last[1]:
-            last[:] = sendbuf, recvbuf, tuple(steps(sendbuf, recvbuf))
-        for exchange, args in last[2]:
-            exchange(*args)
-    return run_small
+    :func:`steps` on the engine."""
+    return engine.bound(coll, steps, count, dtype, order)
 
 
 def allreduce(coll, sendbuf, recvbuf, order=None):
     """Each partial sum goes to its place in ``recvbuf``, so no scratch is needed; ``order``
     (a tuple of the ranks, default theirs) is the ring's."""
-    coll.plan(bind, sendbuf.size, sendbuf.dtype, order)(sendbuf, recvbuf)
-
+    engine.run(coll, steps, sendbuf, recvbuf, order)
 
 
 def schedule_around(order_of, doc):
@@ -221,5 +192,5 @@ def half_schedule_around(order_of, doc):
 half_schedule = half_schedule_around(lambda model: np.arange(model.n), """N-1 steps, each rank sending
     M/N to the next: (N-1)(alpha + M/(N beta)) on uniform links, M the whole vector.""")
 
-ALGORITHM = Algorithm("ring", allreduce, schedule=schedule, bind=bind, reduce_scatter=reduce_scatter,
+ALGORITHM = Algorithm("ring", allreduce, schedule=schedule, bind=bind, steps=steps, reduce_scatter=reduce_scatter,
                       all_gather=all_gather, reduce_scatter_schedule=half_schedule, all_gather_schedule=half_schedule)

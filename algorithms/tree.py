@@ -21,57 +21,59 @@ one step's messages in the same order (tree by tree), as MPI's ordering needs.
 A leaf sends straight from the send buffer, so nothing is copied first.
 """
 
+from . import engine
 from .algorithm import Algorithm
 from .layout import SEGMENT_BYTES, chunk_offsets, segment_offsets
+from .plan import copy, isend, recv, recv_reduce, wait
+from .plans import tree_for
 
 
 def allreduce(coll, sendbuf, recvbuf, trees):
-    """All-reduce over ``trees`` (a list of :class:`topology.Tree`); tree t carries share t of
-    the vector (``chunk_offsets(size, len(trees))``)."""
-    shares = chunk_offsets(recvbuf.size, len(trees))
-    roles = [_role(coll.rank, tree, shares[t], shares[t + 1], recvbuf.itemsize) for t, tree in enumerate(trees)]
+    """All-reduce over ``trees`` (a tuple of :class:`topology.Tree`); tree t carries share t of
+    the vector (``chunk_offsets(size, len(trees))``). Runs :func:`steps`."""
+    engine.run(coll, steps, sendbuf, recvbuf, trees)
+
+
+def steps(size, rank, count, itemsize, trees):
+    """This rank's plan (:mod:`.plan`) of the pipelined all-reduce over ``trees``: at each step
+    of the schedule (the module docstring) first its sends, up (the partial sum, or a leaf's
+    input) and down (the result, to each child), then its receives: each child's segment reduced
+    as it arrives, in the order the children send, and the parent's result once this rank's
+    send up of that segment is complete (the result lands where the partial sum was)."""
+    shares = chunk_offsets(count, len(trees))
+    roles = [_Role(rank, tree, shares[t], shares[t + 1], itemsize) for t, tree in enumerate(trees)]
     if all(role.parent < 0 and not role.children for role in roles):  # one rank
-        coll.start_in(sendbuf, recvbuf)
-        return
-    sent_up = {}  # (tree, segment) -> its send up, awaited before the result lands in its place
-    pending = []  # requests that nothing waits for before the end
+        return (copy(("input", 0, count), ("output", 0, count)),)
+    plan, handles, down = [], {}, []  # handles: (tree, segment) -> its send up's handle
+
+    def named(key):
+        handles[key] = len(handles) + len(down)
+        return handles[key]
+
     for step in range(max(role.last_step for role in roles) + 1):
         for t, role in enumerate(roles):
             k = step - role.height
             if role.parent >= 0 and 0 <= k < role.segments:
-                partial = role.segment(recvbuf if role.children else sendbuf, k)
-                sent_up[t, k] = coll.isend(partial, role.parent)
+                plan.append(isend(role.parent, role.segment("output" if role.children else "input", k),
+                                  named((t, k))))
             k = step - role.down_from
             if role.children and 0 <= k < role.segments:
-                result = role.segment(recvbuf, k)
-                pending.extend(coll.isend(result, child) for child in role.children)
+                for child in role.children:
+                    down.append(len(handles) + len(down))
+                    plan.append(isend(child, role.segment("output", k), down[-1]))
         for t, role in enumerate(roles):
             for first, (child, height) in enumerate(role.reduce_order):
                 k = step - height
                 if 0 <= k < role.segments:
-                    acc = role.segment(sendbuf if first == 0 else recvbuf, k)
-                    coll.recv_combine(acc, child, role.segment(recvbuf, k))
+                    acc = role.segment("input" if first == 0 else "output", k)
+                    plan.append(recv_reduce(child, acc, role.segment("output", k)))
             k = step - role.down_from + 1
             if role.parent >= 0 and 0 <= k < role.segments:
-                sent_up.pop((t, k)).Wait()
-                coll.recv(role.segment(recvbuf, k), role.parent)
-    for request in pending:
-        request.Wait()
-
-
-_ROLES = {}  # (id(tree), rank, share, itemsize) -> (tree, role): holding the tree keeps its id its own
-_MOST_ROLES = 256
-
-
-def _role(rank, tree, lo, hi, itemsize):
-    """The :class:`_Role`, built once per tree, rank, share and item size (1 us each)."""
-    key = (id(tree), rank, lo, hi, itemsize)
-    entry = _ROLES.get(key)
-    if entry is None:
-        if len(_ROLES) >= _MOST_ROLES:
-            _ROLES.clear()
-        entry = _ROLES[key] = (tree, _Role(rank, tree, lo, hi, itemsize))
-    return entry[1]
+                plan.append(wait(handles[t, k]))
+                plan.append(recv(role.parent, role.segment("output", k)))
+    if down:
+        plan.append(wait(*down))
+    return tuple(plan)
 
 
 class _Role:
@@ -90,7 +92,8 @@ class _Role:
         self.last_step = self.segments - 1 + max(self.down_from, self.height)
 
     def segment(self, vector, k):
-        return vector[self.cuts[k]:self.cuts[k + 1]]
+        """Segment k of this share as a slice of ``vector`` (``"input"`` or ``"output"``)."""
+        return vector, self.cuts[k], self.cuts[k + 1]
 
 
 _TREE_NAMES = {"binomial": "binomial", "bam": "bottleneck-matched (BAM)", "km": "Kuhn-Munkres (KM)"}
@@ -102,18 +105,30 @@ _CLOSED_FORMS = {
 }
 
 
+def one_tree(size, rank, count, itemsize, tree):
+    """:func:`steps` over the one tree ``tree``."""
+    return steps(size, rank, count, itemsize, (tree,))
+
+
 def built_by(name, method):
     """The tree all-reduce ``name``, registered with the ``topology.build_tree`` method that builds
     its tree: ``"binomial"``, ``"bam"`` (bottleneck-matched) or ``"km"`` (Kuhn-Munkres)."""
-    def run(coll, sendbuf, recvbuf, tree):
-        allreduce(coll, sendbuf, recvbuf, [tree])
+    def run(coll, sendbuf, recvbuf, tree=None):  # None: the binomial tree, which a call need not pass
+        engine.run(coll, one_tree, sendbuf, recvbuf, tree_for(method, coll.size) if tree is None else tree)
 
     def schedule(model, m):
         return model.pipelined(("tree", method), [model.tree_edges(method)], m, SEGMENT_BYTES)
+
+    def bind(coll, count, dtype):  # the binomial tree: a call passes none
+        return engine.bound(coll, one_tree, count, dtype, tree_for(method, coll.size))
 
     schedule.__doc__ = f"""The {_TREE_NAMES[method]} tree, pipelined: level by level up then down, then one segment per
         period, in which every tree edge carries a segment up and one down at once
         (:meth:`topology.model.Model.pipelined`), so a rank with k children and a parent moves k+1
         segments through each port. {_CLOSED_FORMS[method]}"""
 
-    return Algorithm(name, run, schedule=schedule, tree_method=method)
+    def plan_input(size, matrix, nodes):
+        return tree_for(method, size, bandwidth=matrix if method != "binomial" else None, name=name)
+
+    return Algorithm(name, run, schedule=schedule, tree_method=method, steps=one_tree, plan_input=plan_input,
+                     bind=bind if method == "binomial" else None)

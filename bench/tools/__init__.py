@@ -45,6 +45,8 @@ TOOLS = {
     "compare": Tool("bench.tools.compare", "busbw of several runs and vendor nccl-tests logs side by side", False),
     "model": Tool("bench.tools.model", "the alpha-beta model's time and busbw per algorithm, beside measured results",
                   False),
+    "plan": Tool("bench.tools.plan", "an algorithm's plan: each rank's steps, priced by the model, or as JSON",
+                 False),
     "plot": Tool("bench.tools.plot", "busbw against message size, as a PNG", False),
     "scaling": Tool("bench.tools.scaling",
                     "data-parallel training step time and efficiency per algorithm and rank count", False),

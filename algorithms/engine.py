@@ -1,0 +1,133 @@
+"""The engine that runs a rank's plan (:mod:`.plan`) through the executor's ``coll``.
+
+Each step becomes one call of the transport: ``isend``, ``send``, ``recv``, ``recv_combine``
+(which reduces straight from a shared slot where the transport has them), a bound exchange
+(:meth:`.executor.Collective.exchange`, found once per shape) or a copy. What every call of
+the same shape repeats is done once, in :func:`bind`: the exchanges are bound and, for vectors
+up to :data:`VIEWS_KEPT_BYTES`, the slices of the last two vectors are kept and reused while
+the call gets those same vectors, so a small call runs its steps and nothing else.
+"""
+
+from .arrays import same_memory
+from .plan import scratch_length, sends_blocking
+
+VIEWS_KEPT_BYTES = 64 << 10
+
+
+ALLREDUCE = ("input", "output")  # the vectors an all-reduce's plan names, in the order its run takes them
+
+
+def run(coll, build, sendbuf, recvbuf, *args):
+    """Run the all-reduce plan ``build(size, rank, count, itemsize, *args)`` on the two vectors
+    (:func:`bound`)."""
+    bound(coll, build, sendbuf.size, sendbuf.dtype, *args)(sendbuf, recvbuf)
+
+
+def bound(coll, build, count, dtype, *args, names=ALLREDUCE):
+    """``run(*vectors)``, the vectors those ``names`` name in the plan (default ``run(sendbuf,
+    recvbuf)``): :func:`bind` of the steps ``build(size, rank, count, itemsize, *args)`` makes for
+    this rank, kept on ``coll`` per (``build``, count, dtype, ``args`` by identity, ``names``) and
+    holding ``args``, so that their identity stays theirs."""
+    key = (build, count, dtype, names, *map(id, args))
+    entry = coll.engines.get(key)
+    if entry is None or any(a is not b for a, b in zip(entry[0], args)):
+        steps = build(coll.size, coll.rank, count, dtype.itemsize, *args)
+        entry = (args, bind(coll, steps, count, dtype, names))
+        if len(coll.engines) >= 256:
+            coll.engines.clear()
+        coll.engines[key] = entry
+    return entry[1]
+
+
+def bind(coll, steps, count, dtype, names=ALLREDUCE):
+    """``run(*vectors)`` running ``steps`` (this rank's, of a plan for ``count`` elements of
+    ``dtype``) on the vectors ``names`` names, in that order (``"scratch"`` is the workspace's)."""
+    steps = sends_blocking(steps)
+    handles = [None] * (1 + max((s.handle for s in steps), default=-1))
+    # per step: (function, its arguments with slices as (vector, lo, hi), the handle it sets)
+    template = []
+    for step in steps:
+        kind = step.kind
+        if kind == "isend":
+            template.append((coll.isend, (step.send, step.to), step.handle))
+        elif kind == "send":
+            template.append((coll.send, (step.send, step.to), -1))
+        elif kind == "wait":
+            template.append((_wait, (handles, step.waits), -1))
+        elif kind == "recv":
+            template.append((coll.recv, (step.into, step.source), -1))
+        elif kind == "recv_reduce":
+            template.append((coll.recv_combine, (step.acc, step.source, step.into), -1))
+        elif kind == "irecv":
+            template.append((coll.irecv, (step.into, step.source), step.handle))
+        elif kind == "irecv_reduce":  # each receive in flight its own scratch, where it needs one
+            template.append((coll.irecv_combine, (step.acc, step.source, step.into, f"engine-in-{step.handle}"),
+                             step.handle))
+        elif kind == "sendrecv":
+            exchange = coll.exchange(dtype, _length(step.send), step.to, _length(step.into), step.source)
+            template.append((exchange, (step.send, step.into), -1))
+        elif kind == "sendrecv_reduce":
+            exchange = coll.exchange(dtype, _length(step.send), step.to, _length(step.into), step.source, True)
+            template.append((exchange, (step.send, step.acc, step.into), -1))
+        elif kind == "copy":
+            template.append((_copy, (coll.xp, step.into, step.send), -1))
+        elif kind == "combine":
+            template.append((coll.combine, (step.acc, step.send, step.into), -1))
+        elif kind == "zero":
+            template.append((_zero, (step.into,), -1))
+        else:
+            raise ValueError(f"unknown step kind {kind!r}")
+    template = tuple(template)
+    scratch = coll.scratch(dtype, scratch_length(steps), "engine")
+
+    def calls(vectors):
+        named = dict(zip(names, vectors), scratch=scratch)
+        return tuple((function, tuple(named[a[0]][a[1]:a[2]] if type(a) is tuple and a and type(a[0]) is str
+                                      else a for a in args), handle)
+                     for function, args, handle in template)
+
+    def run_calls(calls_made):
+        for function, args, handle in calls_made:
+            if handle < 0:
+                function(*args)
+            else:
+                handles[handle] = function(*args)
+
+    if count * dtype.itemsize > VIEWS_KEPT_BYTES:
+        return lambda *vectors: run_calls(calls(vectors))
+    last = [None, None, ()]  # the last vectors, and their calls
+    if len(names) != 2:
+        def run_small(*vectors):
+            if last[0] is None or any(a is not b for a, b in zip(vectors, last[0])):
+                last[:] = vectors, None, calls(vectors)
+            run_calls(last[2])
+        return run_small
+
+    def run_two(sendbuf, recvbuf):
+        if sendbuf is not last[0] or recvbuf is not last[1]:
+            last[:] = sendbuf, recvbuf, calls((sendbuf, recvbuf))
+        for function, args, handle in last[2]:
+            if handle < 0:
+                function(*args)
+            else:
+                handles[handle] = function(*args)
+    return run_two
+
+
+def _length(piece):
+    return piece[2] - piece[1]
+
+
+def _wait(handles, names):
+    for name in names:
+        handles[name].Wait()
+        handles[name] = None
+
+
+def _zero(into):
+    into.fill(0)
+
+
+def _copy(xp, into, source):
+    if not same_memory(into, source):
+        xp.copyto(into, source)

@@ -1,0 +1,97 @@
+"""``python -m bench plan --algo tree -n 8``: an algorithm's plan, each rank's steps in order, with
+what the cost model prices each step at; ``-J FILE`` writes the plan as JSON (docs/algorithms.md#plans).
+
+The plan is what the engine runs (``algorithms/plan.py``): for each rank, whom it sends which
+slice of which vector to, and what it receives and reduces. The price of a step is how long it
+keeps its rank in a replay of every rank's steps on the links (``topology/model/replay.py``):
+uniform links of ``--alpha-us`` and ``--beta-GBps``, or the links of a probe file (``--topology``,
+from which the matched trees and rings are built too). Needs no MPI.
+"""
+
+import sys
+
+from algorithms.registry import REGISTERED
+from algorithms.dtypes import BY_NAME
+from algorithms.plan import as_json, elements, text
+from plumbing.files import check_writable, write_json_atomically
+from topology import BandwidthMatrix
+from topology.model import Network
+from topology.model.replay import replay
+
+from ..core.cli import Parser
+
+#: the algorithms written as plans, which this tool prints
+PLANNED = tuple(name for name, record in REGISTERED.items() if record.steps is not None)
+
+
+def main(argv):
+    p = Parser(prog="python -m bench plan", description=__doc__.split("\n\n")[0].replace("``", "'"))
+    p.add_argument("--algo", required=True, help=f"the algorithm: {', '.join(PLANNED)}")
+    p.add_argument("-n", "--nranks", type=int, metavar="N", help="rank count (default: the --topology "
+                   "file's, else needed)")
+    p.add_argument("--count", type=int, metavar="C", help="elements per rank (default: one per rank, N)")
+    p.add_argument("-d", "--datatype", default="float32", help="element type, as -d of the sweep (default float32)")
+    p.add_argument("--topology", metavar="FILE", help="a probe file (python -m topology probe): its links price "
+                   "the steps, and the matched trees are built from them")
+    p.add_argument("--alpha-us", type=float, default=5.0, help="without --topology: start-up time per message, "
+                   "in us (default 5)")
+    p.add_argument("--beta-GBps", type=float, default=10.0, help="without --topology: link bandwidth, in GB/s "
+                   "(default 10)")
+    p.add_argument("--ranks-per-node", type=int, default=1, metavar="R",
+                   help="without --topology: R consecutive ranks a node (hier's nodes; default 1)")
+    p.add_argument("-J", "--json", metavar="FILE", help="write the plan as JSON (docs/algorithms.md#plans)")
+    args = p.parse_args(argv)
+    try:
+        if args.json:
+            check_writable(args.json)
+        document, lines = plan_of(args)
+    except (ValueError, OSError) as exc:
+        print(f"python -m bench plan: {exc}", file=sys.stderr)
+        return 2
+    print("\n".join(lines))
+    if args.json:
+        write_json_atomically(args.json, document)
+    return 0
+
+
+def plan_of(args):
+    """(the JSON document, the printed lines) of the plan ``args`` ask for."""
+    record = REGISTERED.get(args.algo)
+    if record is None or record.steps is None:
+        raise ValueError(f"--algo {args.algo}: not one written as a plan; choices: {', '.join(PLANNED)}")
+    row = BY_NAME.get(args.datatype)
+    if row is None:
+        raise ValueError(f"-d {args.datatype}: unknown type; choices: {', '.join(BY_NAME)}")
+    matrix = BandwidthMatrix.load(args.topology) if args.topology else None
+    n = args.nranks or (matrix.size if matrix is not None else None)
+    if not n or n < 1:
+        raise ValueError("give -n N (the rank count), or --topology FILE")
+    if matrix is not None and matrix.size != n:
+        raise ValueError(f"{args.topology} holds {matrix.size} ranks, not {n}")
+    count = n if args.count is None else args.count
+    if count < 0:
+        raise ValueError("--count must not be negative")
+    if args.ranks_per_node < 1:
+        raise ValueError("--ranks-per-node must be positive")
+    itemsize = row.dtype.itemsize
+    nodes = list(matrix.nodes) if matrix is not None else [r // args.ranks_per_node for r in range(n)]
+    extra = () if record.plan_input is None else (record.plan_input(n, matrix, nodes),)
+    ranks = [record.steps(n, r, count, itemsize, *extra) for r in range(n)]
+    if matrix is not None:
+        network, links = Network.from_matrix(matrix), f"the links of {args.topology}"
+    else:
+        network = Network.uniform(n, args.beta_GBps, args.alpha_us, args.ranks_per_node)
+        links = f"uniform links of alpha {args.alpha_us:g} us and beta {args.beta_GBps:g} GB/s"
+    priced = replay(ranks, itemsize, network.link)
+    lines = [f"# {args.algo} on {n} ranks, {count} {row.name} elements a rank ({count * itemsize} B), "
+             f"priced on {links}",
+             "# rank  step  price(us)  what"]
+    for r, steps in enumerate(ranks):
+        for k, (step, (start, end)) in enumerate(zip(steps, priced.steps[r])):
+            lines.append(f"{r:6d}  {k:4d}  {(end - start) * 1e6:9.2f}  {text(step)}")
+    moved = sum(elements(s.send) * itemsize for steps in ranks for s in steps if s.kind != "copy" and s.send)
+    lines.append(f"# modelled time {priced.seconds * 1e6:.2f} us; {priced.messages} messages, {moved} B sent")
+    document = as_json(args.algo, count, itemsize, ranks)
+    document.update(dtype=row.name, modelled_us=priced.seconds * 1e6,
+                    step_us=[[(end - start) * 1e6 for start, end in times] for times in priced.steps])
+    return document, lines
