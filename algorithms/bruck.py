@@ -16,7 +16,9 @@ import functools
 
 import numpy as np
 
+from . import engine
 from .layout import chunk_offsets
+from .plan import irecv, isend, sendrecv, wait
 
 
 def _ranges(offsets, first, blocks):
@@ -41,40 +43,26 @@ def _plan(count, n, rank):
     return tuple(found)
 
 
-def _step(coll, dtype, dest, sent, source, received):
-    """``step(whole)``: one step's messages. One each way: their exchange, bound once
-    (:meth:`Collective.exchange`); otherwise every receive and send posted at once, then waited
-    on (the peers' messages match in order: the same chunks cut the same way); None when it moves
-    nothing."""
-    if len(sent) == 1 and len(received) == 1:
-        (out,), (into,) = sent, received
-        exchange = coll.exchange(dtype, out.stop - out.start, dest, into.stop - into.start, source)
-
-        def step(whole):
-            exchange(whole[out], whole[into])
-        return step
-    if not sent and not received:
-        return None
-    isend, irecv = coll.isend, coll.irecv
-
-    def step(whole):
-        requests = [irecv(whole[into], source) for into in received]
-        requests += [isend(whole[out], dest) for out in sent]
-        for request in requests:
-            request.Wait()
-    return step
-
-
-def _bound(coll, count, dtype):
-    """:func:`_plan` with each step bound (:func:`_step`), the steps that move nothing left out."""
-    steps = (_step(coll, dtype, *step) for step in _plan(count, coll.size, coll.rank))
-    return tuple(step for step in steps if step is not None)
+def all_gather_steps(size, rank, count, itemsize):
+    """This rank's plan (:mod:`.plan`) on ``"output"``, the whole vector: each step of :func:`_plan`
+    one exchange where one range goes each way, else every receive and send posted at once, then
+    waited for (the peers' messages match in order: the same chunks cut the same way); a step that
+    moves nothing left out."""
+    plan = []
+    for dest, sent, source, received in _plan(count, size, rank):
+        if len(sent) == 1 and len(received) == 1:
+            plan.append(sendrecv(dest, ("output", sent[0].start, sent[0].stop), source,
+                                 ("output", received[0].start, received[0].stop)))
+        elif sent or received:
+            plan += [irecv(source, ("output", into.start, into.stop), t) for t, into in enumerate(received)]
+            plan += [isend(dest, ("output", out.start, out.stop), len(received) + t) for t, out in enumerate(sent)]
+            plan.append(wait(*range(len(received) + len(sent))))
+    return tuple(plan)
 
 
 def all_gather(coll, whole):
     """Bruck's all-gather in place: ``whole`` holds this rank's chunk at its place and ends whole."""
-    for step in coll.plan(_bound, whole.size, whole.dtype):
-        step(whole)
+    engine.all_gather(coll, all_gather_steps, whole)
 
 
 def schedule(model, m):

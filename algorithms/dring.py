@@ -35,7 +35,6 @@ from topology.rings import bottleneck_ring
 
 from . import engine, ring
 from .algorithm import Algorithm
-from .arrays import same_memory
 from .bamring import RingOrder
 from .layout import chunk_offsets, segment_offsets
 from .plan import irecv, irecv_reduce, isend, wait
@@ -210,18 +209,21 @@ def allreduce(coll, sendbuf, recvbuf, order=None):
     engine.run(coll, steps, sendbuf, recvbuf, order)
 
 
+def bind(coll, count, dtype):
+    """``run(sendbuf, recvbuf)`` around the ranks' order (a call that passes none)."""
+    return engine.bound(coll, steps, count, dtype, None)
+
+
 def reduce_scatter(coll, src, partial, result, order=None):
     """Both rings' reduce-scatter around the ranks' order, or ``order`` (a
     :class:`.bamring.RingOrder`): :func:`reduce_scatter_steps`, the partial sums in ``partial``
     (``src`` itself in place), or in scratch when it is None."""
-    where = "scratch" if partial is None else "input" if same_memory(partial, src) else "partial"
-    engine.bound(coll, reduce_scatter_steps, src.size, src.dtype, order, where,
-                 names=ring.REDUCE_SCATTER)(src, partial, result)
+    engine.reduce_scatter(coll, reduce_scatter_steps, src, partial, result, order)
 
 
 def all_gather(coll, whole, order=None):
     """Both rings' all-gather in place around the ranks' order, or ``order``: :func:`all_gather_steps`."""
-    engine.bound(coll, all_gather_steps, whole.size, whole.dtype, order, names=ring.ALL_GATHER)(whole)
+    engine.all_gather(coll, all_gather_steps, whole, order)
 
 
 def model_ring(model):
@@ -261,7 +263,7 @@ def half_schedule(model, m):
 
 
 # a matrix is optional: the ring's order
-ALGORITHM = Algorithm("dring", allreduce, schedule=schedule, steps=steps,
+ALGORITHM = Algorithm("dring", allreduce, schedule=schedule, steps=steps, bind=bind,
                       plan_input=lambda size, matrix, nodes: prepare(size, None, matrix), prepare=prepare, accepts_bandwidth=True,
                       reduce_scatter=reduce_scatter, all_gather=all_gather, reduce_scatter_schedule=half_schedule,
                       all_gather_schedule=half_schedule)

@@ -14,13 +14,28 @@ from .plan import scratch_length, sends_blocking
 VIEWS_KEPT_BYTES = 64 << 10
 
 
-ALLREDUCE = ("input", "output")  # the vectors an all-reduce's plan names, in the order its run takes them
+#: the vectors the plans of an all-reduce, a reduce-scatter and an all-gather name, in the order
+#: their runs take them (:func:`bound`'s ``names``)
+ALLREDUCE, REDUCE_SCATTER, ALL_GATHER = ("input", "output"), ("input", "partial", "output"), ("output",)
 
 
 def run(coll, build, sendbuf, recvbuf, *args):
     """Run the all-reduce plan ``build(size, rank, count, itemsize, *args)`` on the two vectors
     (:func:`bound`)."""
     bound(coll, build, sendbuf.size, sendbuf.dtype, *args)(sendbuf, recvbuf)
+
+
+def reduce_scatter(coll, build, src, partial, result, *args):
+    """Run the reduce-scatter plan ``build(size, rank, count, itemsize, *args, where)``: ``where`` its
+    partial sums go, ``"scratch"`` when ``partial`` is None, ``"input"`` when it is ``src`` (in place),
+    else ``"partial"``."""
+    where = "scratch" if partial is None else "input" if same_memory(partial, src) else "partial"
+    bound(coll, build, src.size, src.dtype, *args, where, names=REDUCE_SCATTER)(src, partial, result)
+
+
+def all_gather(coll, build, whole, *args):
+    """Run the all-gather plan ``build(size, rank, count, itemsize, *args)`` in place on ``whole``."""
+    bound(coll, build, whole.size, whole.dtype, *args, names=ALL_GATHER)(whole)
 
 
 def bound(coll, build, count, dtype, *args, names=ALLREDUCE):

@@ -13,32 +13,31 @@ node of L ranks local rank i holds piece i, and on a smaller node a local rank h
 Every piece has exactly one owner on every node, so each element is reduced across the nodes
 exactly once, among its piece's K owners.
 
-1. Reduce-scatter within the node (:func:`ring.reduce_scatter` on the node's communicator), in
-   rounds of n_k consecutive pieces: a round's pieces are exactly the n_k ring chunks of their
+1. Reduce-scatter within the node (the ring's, :func:`ring.reduce_scatter_steps`, among the
+   node's ranks), in rounds of n_k consecutive pieces: a round's pieces are exactly the n_k ring chunks of their
    span (consecutive pieces are non-increasing sizes c+1..c, as ``chunk_offsets`` cuts), so the
    ring reduces them in place in the result vector. When n_k does not divide L, the last
    round's m < n_k pieces go through a scratch vector of n_k chunks of the largest piece's
    size, zero-padded (the padding and the n_k - m spare chunks are reduced and thrown away).
-2. All-reduce of each owned piece across the nodes on the communicator of that piece's owners
-   (one per node, its rank the node's index): the ring (:func:`ring.allreduce`), or with
-   ``ALLREDUCE_HIER_ACROSS=bamtree`` the pipelined tree executor (:func:`tree.allreduce`) on the
+2. All-reduce of each owned piece across the nodes among that piece's owners (one per node,
+   its index there the node's): the ring (:func:`ring.steps`), or with
+   ``ALLREDUCE_HIER_ACROSS=bamtree`` the pipelined tree (:func:`tree.steps`) on the
    bottleneck-matched tree (``topology.build_tree(method="bam")``) over the inter-node matrix:
    the bandwidths between the nodes' first ranks, from the rank-level ``bandwidth=`` matrix.
    A rank that owns several pieces reduces them in increasing order, as every rank does, so
    the smallest unfinished piece always has all its owners at it: no cycle of waits.
-3. All-gather within the node (:func:`ring.all_gather`), in the same rounds.
+3. All-gather within the node (:func:`ring.all_gather_steps`), in the same rounds.
 
 With K nodes of n ranks each rank moves 2(n-1)/n M within its node and 2(K-1)/K M/n across,
 so a node's port to the network carries 2(K-1)/K M, where a flat ring over the N = nK ranks
 carries 2(N-1)/N M through every rank, and n of its steps per node cross the network.
 
-The sub-communicators (the node's, and one per owned piece) are built once per communicator
-(:meth:`executor.Private.resource`, collective the first time), each a :class:`Private` of
-its own with its own transport, and freed with the communicator, before ``MPI_Finalize``.
-On one node the node is the communicator itself, and with one rank per node so is the one
-piece's communicator: those run on the caller's :class:`Collective`, and nothing is built.
-Collectives on the sub-communicators never call ``finish``: ``avg`` is summed here and
-divided once by the whole rank count by the caller (:meth:`Collective.finish`).
+The three stages are one plan of plans (:func:`steps`): each sub-plan, made for the node's
+ranks or a piece's owners, relabelled onto their ranks in the communicator and onto the slices
+it runs on (:func:`.plan.relabel`), so the whole runs on the caller's communicator through one
+engine, and no communicator is made for a node or a piece. The node layout (:class:`Layout`) is
+found once per communicator (collective the first time). ``avg`` is summed here and divided once
+by the whole rank count by the caller (:meth:`Collective.finish`).
 
 The halves on their own (:func:`reduce_scatter`, :func:`all_gather`) keep the standard layout,
 chunk r of ``chunk_offsets(count, N)`` on rank r, whatever the nodes: the reduce-scatter reduces
@@ -59,13 +58,14 @@ from topology import BandwidthMatrix, build_tree
 from . import engine, ring
 from . import tree as tree_executor
 from .algorithm import Algorithm
-from .executor import Private, private_comm
+from .executor import private_comm
 from .layout import SEGMENT_BYTES, chunk_offsets
 from .plan import copy, relabel, zero
 from .plans import from_bandwidth, matrix_key
 from .settings import WIRE, setting
 
-__all__ = ["Layout", "Packing", "all_gather", "allreduce", "layout_of", "node_layout", "prepare", "reduce_scatter"]
+__all__ = ["Layout", "Nodes", "Packing", "all_gather", "allreduce", "layout_of", "node_layout", "prepare",
+           "reduce_scatter", "steps"]
 
 RESOURCE = "hier"  # the name of the Layout among a Private's resources
 #: what runs between the nodes (ALLREDUCE_HIER_ACROSS; the cost model's ``across``)
@@ -91,25 +91,10 @@ def owners(members, piece):
     return [ranks[piece % len(ranks)] for ranks in members]
 
 
-def split_groups(members, pieces):
-    """The pieces in groups whose owners are disjoint, so each group's communicators come from one
-    ``Split``: one group when every node has L ranks."""
-    groups = []
-    for piece in range(pieces):
-        ranks = set(owners(members, piece))
-        for used, group in groups:
-            if used.isdisjoint(ranks):
-                used.update(ranks)
-                group.append(piece)
-                break
-        else:
-            groups.append((ranks, [piece]))
-    return [group for _, group in groups]
-
-
 class Layout:
-    """The node layout of a communicator and the sub-communicators hier runs on (collective:
-    built by every rank at once, through :meth:`Private.resource`; freed by :meth:`free`)."""
+    """The node layout of a communicator (collective: built by every rank at once, through
+    :meth:`Private.resource`): the node of each rank and each node's ranks; hier's plans run on
+    the communicator itself, so no communicator is made for a node or a piece."""
 
     def __init__(self, comm):
         size, rank = comm.Get_size(), comm.Get_rank()
@@ -121,58 +106,18 @@ class Layout:
                              f"({','.join(map(str, given))[:200]}) for a communicator of {size} rank"
                              f"{'s' if size != 1 else ''}: give one node id per rank")
         self.source = "ALLREDUCE_NODE_MAP" if given else "shared memory"
-        self._privates = []  # every sub-communicator's Private, in the order they were made
         self._trees = {}  # bandwidth key -> the BAM tree across nodes
         self._nodes = {}  # id of the tree across nodes -> the plan's Nodes
-        node_comm = None
         if given:
             labels = list(given)
         else:
             node_comm = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
-            labels = comm.allgather(node_comm.bcast(rank, root=0))  # a node's id: its first rank
+            try:
+                labels = comm.allgather(node_comm.bcast(rank, root=0))  # a node's id: its first rank
+            finally:
+                node_comm.Free()
         self.nodes, self.members = node_layout(labels)
         self.rank, self.size = rank, size
-        node = self.nodes[rank]
-        self.local_size = len(self.members[node])
-        self.local_rank = self.members[node].index(rank)
-        self.local_ranks = [0] * size  # of every rank
-        for ranks in self.members:
-            for i, r in enumerate(ranks):
-                self.local_ranks[r] = i
-        self._packings = {}  # count -> the halves' Packing
-        self.pieces = max(len(ranks) for ranks in self.members)  # L
-        # one node: the node is the communicator itself, in the same order, so hier runs on its
-        # Collective; one rank per node: so is the one piece's communicator (node k is rank k)
-        self.node_is_whole = len(self.members) == 1
-        self.node = None  # the Private of this node's ranks; None when one rank or the whole
-        self.mine = {}  # owned piece -> the Private of its owners across the nodes (None: the whole)
-        try:
-            if self.node_is_whole:
-                if node_comm is not None:
-                    node_comm.Free()
-            else:
-                if node_comm is None:
-                    node_comm = comm.Split(node, key=rank)
-                if node_comm.Get_size() > 1:
-                    self.node = self._private(node_comm)
-                else:
-                    node_comm.Free()
-                if self.pieces == 1:
-                    self.mine[0] = None
-                for group in split_groups(self.members, self.pieces) if self.pieces > 1 else ():
-                    piece = next((p for p in group if owners(self.members, p)[node] == rank), None)
-                    sub = comm.Split(MPI.UNDEFINED if piece is None else piece, key=node)
-                    if piece is not None:
-                        self.mine[piece] = self._private(sub)
-            self.mine = dict(sorted(self.mine.items()))
-        except BaseException:
-            self.free()
-            raise
-
-    def _private(self, comm):
-        private = Private(comm)
-        self._privates.append(private)
-        return private
 
     def describe(self):
         """What the JSON of a run records: node index per rank, the across choice, the source."""
@@ -197,26 +142,15 @@ class Layout:
             tree = self._trees[bandwidth.key] = build_tree(inter, root=0, method="bam")
         return tree
 
-    def plan_nodes(self, tree):
-        """The :class:`Nodes` the plan runs on with ``tree`` across the nodes, made once per tree."""
+    def plan_nodes(self, tree=None):
+        """The :class:`Nodes` the plans run on with ``tree`` across the nodes, made once per tree."""
         nodes = self._nodes.get(id(tree))
         if nodes is None or nodes.tree is not tree:
             nodes = self._nodes[id(tree)] = Nodes(tuple(map(tuple, self.members)), tree)
         return nodes
 
-    def packing(self, count):
-        """The halves' :class:`Packing` of ``count`` elements, made once per count (64 kept)."""
-        packing = self._packings.get(count)
-        if packing is None:
-            if len(self._packings) >= 64:
-                self._packings.clear()
-            packing = self._packings[count] = Packing(self, count)
-        return packing
-
     def free(self):
-        """Free the sub-communicators, newest first (collective; again is a no-op)."""
-        while self._privates:
-            self._privates.pop().free()
+        """Nothing to free: kept as every resource of a :class:`Private` has one."""
 
 
 def layout_of(comm=None):
@@ -352,93 +286,105 @@ class Packing:
     index its rank there. Padding (a short chunk's last element, spare slots and pieces) is
     zeroed by the reduce-scatter, reduced like the rest and thrown away."""
 
-    def __init__(self, layout, count):
-        k, n, pieces = len(layout.members), layout.local_size, layout.pieces
-        offsets = chunk_offsets(count, layout.size)
+    def __init__(self, members, rank, count):
+        size = sum(len(ranks) for ranks in members)
+        node_of = {r: k for k, ranks in enumerate(members) for r in ranks}
+        local_of = {r: i for ranks in members for i, r in enumerate(ranks)}
+        k, pieces = len(members), max(len(ranks) for ranks in members)
+        self.node, self.local = node_of[rank], members[node_of[rank]]
+        n, i = len(self.local), local_of[rank]
+        offsets = chunk_offsets(count, size)
         w = self.slot = offsets[1] - offsets[0]
         self.piece = k * w
         rounds = -(-pieces // n)
         self.length = rounds * n * self.piece
         #: (lo, hi) of every rank's chunk in the vector, and where it starts here
-        self.places = [(offsets[r], offsets[r + 1], (layout.local_ranks[r] * k + layout.nodes[r]) * w)
-                       for r in range(layout.size)]
+        self.places = [(offsets[r], offsets[r + 1], (local_of[r] * k + node_of[r]) * w) for r in range(size)]
         spare = [(at + hi - lo, at + w) for lo, hi, at in self.places if hi - lo < w]
         spare += [((p * k + j) * w, (p * k + j + 1) * w) for p in range(pieces)
-                  for j, ranks in enumerate(layout.members) if len(ranks) <= p]
+                  for j, ranks in enumerate(members) if len(ranks) <= p]
         spare.append((pieces * self.piece, self.length))
         self.spare = [(lo, hi) for lo, hi in spare if hi > lo]
-        #: this node's rounds: (the round's span, this local rank's piece in it)
-        i, size, piece = layout.local_rank, n * self.piece, self.piece
-        self.rounds = [(slice(j * size, (j + 1) * size), slice(j * size + i * piece, j * size + (i + 1) * piece))
-                       for j in range(rounds)]
-        lo, hi, at = self.places[layout.rank]
-        self.own = slice(at, at + hi - lo)  # this rank's chunk, at the start of its slot
-
-    def pieces(self, buf, layout):
-        """This rank's pieces of ``buf`` in increasing order, with their communicators across the nodes."""
-        return [(buf[p * self.piece:(p + 1) * self.piece], private) for p, private in layout.mine.items()]
+        #: this node's rounds: (where the round's span starts, where this local rank's piece in it starts)
+        span = n * self.piece
+        self.rounds = [(j * span, j * span + i * self.piece) for j in range(rounds)]
+        #: the pieces this rank owns, in increasing order: where each starts, and its owners across the nodes
+        self.mine = [(p * self.piece, owners(members, p)) for p in range(i, pieces, n)]
+        lo, hi, at = self.places[rank]
+        self.own = (at, at + hi - lo)  # this rank's chunk, at the start of its slot
 
 
-def _halves_run_flat(layout):
+def _runs_flat(nodes):
     """Whether the ring's halves on the whole communicator are hier's: one node (the node in
     rank order), or one rank per node (the across ring in rank order)."""
-    return layout.size == 1 or layout.node_is_whole or layout.pieces == 1
+    return len(nodes.members) == 1 or max(len(ranks) for ranks in nodes.members) == 1
+
+
+def reduce_scatter_steps(size, rank, count, itemsize, nodes, partial="scratch"):
+    """This rank's plan of the reduce-scatter, chunk r of the reduction on rank r: every rank's
+    chunks packed into their slots in scratch (:class:`Packing`), the node's ring reduce-scatter
+    of its rounds of pieces leaving each local rank its pieces reduced over the node, then each
+    owned piece's ring reduce-scatter among its owners across the nodes, in increasing order (as
+    the all-reduce's shards: no cycle of waits), leaving each rank its own slot reduced over every
+    rank, copied out. On one node, or one rank per node, the ring's (its partial sums in
+    ``partial``, :func:`.ring.reduce_scatter_steps`). Rings run across the nodes whatever
+    ``ALLREDUCE_HIER_ACROSS``."""
+    if _runs_flat(nodes):
+        return ring.reduce_scatter_steps(size, rank, count, itemsize, None, partial)
+    if count == 0:
+        return ()
+    pack = Packing(nodes.members, rank, count)
+    n, i = len(pack.local), pack.local.index(rank)
+    plan = [copy(("input", lo, hi), ("scratch", at, at + hi - lo)) for lo, hi, at in pack.places]
+    plan += [zero(("scratch", lo, hi)) for lo, hi in pack.spare]
+    if n > 1:
+        for span, mine in pack.rounds:
+            plan += relabel(ring.reduce_scatter_steps(n, i, n * pack.piece, itemsize, None, "input"), pack.local,
+                            {"input": ("scratch", span), "output": ("scratch", mine)})
+    k = len(nodes.members)
+    for at, across in pack.mine:
+        plan += relabel(ring.reduce_scatter_steps(k, pack.node, pack.piece, itemsize, None, "input"), across,
+                        {"input": ("scratch", at), "output": ("scratch", at + pack.node * pack.slot)})
+    lo, hi = pack.own
+    plan.append(copy(("scratch", lo, hi), ("output", 0, hi - lo)))
+    return tuple(plan)
+
+
+def all_gather_steps(size, rank, count, itemsize, nodes):
+    """This rank's plan of the all-gather in place on ``"output"``: the reduce-scatter's stages in
+    reverse, copies only: this rank's chunk into its slot, each owned piece's ring all-gather across
+    the nodes (in increasing order), the node's ring all-gather of its rounds of pieces, then every
+    chunk from its slot to its place. On one node, or one rank per node, the ring's."""
+    if _runs_flat(nodes):
+        return ring.all_gather_steps(size, rank, count, itemsize)
+    if count == 0:
+        return ()
+    pack = Packing(nodes.members, rank, count)
+    n, i = len(pack.local), pack.local.index(rank)
+    lo, hi, _ = pack.places[rank]
+    plan = [copy(("output", lo, hi), ("scratch", *pack.own))]
+    k = len(nodes.members)
+    for at, across in pack.mine:
+        plan += relabel(ring.all_gather_steps(k, pack.node, pack.piece, itemsize), across, {"output": ("scratch", at)})
+    if n > 1:
+        for span, _ in pack.rounds:
+            plan += relabel(ring.all_gather_steps(n, i, n * pack.piece, itemsize), pack.local,
+                            {"output": ("scratch", span)})
+    plan += [copy(("scratch", at, at + hi - lo), ("output", lo, hi))
+             for r, (lo, hi, at) in enumerate(pack.places) if r != rank]
+    return tuple(plan)
 
 
 def reduce_scatter(coll, src, partial, result, plan=None):
-    """Chunk r of the reduction on rank r: every rank's chunks packed into their slots
-    (:class:`Packing`), the node's reduce-scatter of its rounds of pieces (:func:`ring.reduce_scatter`
-    on the node's communicator) leaving each local rank its pieces reduced over the node, then each
-    owned piece's reduce-scatter across the nodes on its owners' communicator, in increasing order
-    (as the all-reduce's shards: no cycle of waits), leaving each rank its own slot reduced over
-    every rank. Rings run across nodes whatever ``ALLREDUCE_HIER_ACROSS`` (no ``plan``)."""
+    """:func:`reduce_scatter_steps` on the communicator's nodes (``plan`` is not used)."""
     layout = coll.private.resource(RESOURCE, Layout)
-    if _halves_run_flat(layout):
-        ring.reduce_scatter(coll, src, partial, result)
-        return
-    if src.size == 0:
-        return
-    xp, op = coll.xp, coll.op
-    pack = layout.packing(src.size)
-    buf = coll.scratch(src.dtype, pack.length, "hier-pack")
-    for lo, hi, at in pack.places:
-        xp.copyto(buf[at:at + hi - lo], src[lo:hi])
-    for lo, hi in pack.spare:
-        buf[lo:hi] = 0
-    if layout.node is not None:
-        node = layout.node.collective(xp, op)
-        for span, mine in pack.rounds:
-            ring.reduce_scatter(node, buf[span], buf[span], buf[mine])
-    for piece, private in pack.pieces(buf, layout):
-        across = private.collective(xp, op)
-        ring.reduce_scatter(across, piece, piece, piece[across.rank * pack.slot:(across.rank + 1) * pack.slot])
-    xp.copyto(result, buf[pack.own])
+    engine.reduce_scatter(coll, reduce_scatter_steps, src, partial, result, layout.plan_nodes())
 
 
 def all_gather(coll, whole, plan=None):
-    """The reduce-scatter's stages in reverse, copies only: this rank's chunk into its slot, each
-    owned piece's all-gather across the nodes (in increasing order), the node's all-gather of its
-    rounds of pieces, then every chunk from its slot to its place. ``plan`` is not used."""
+    """:func:`all_gather_steps` on the communicator's nodes (``plan`` is not used)."""
     layout = coll.private.resource(RESOURCE, Layout)
-    if _halves_run_flat(layout):
-        ring.all_gather(coll, whole)
-        return
-    if whole.size == 0:
-        return
-    xp = coll.xp
-    pack = layout.packing(whole.size)
-    buf = coll.scratch(whole.dtype, pack.length, "hier-pack")
-    lo, hi, _ = pack.places[layout.rank]
-    xp.copyto(buf[pack.own], whole[lo:hi])
-    for piece, private in pack.pieces(buf, layout):
-        ring.all_gather(private.collective(xp, None), piece)
-    if layout.node is not None:
-        node = layout.node.collective(xp, None)
-        for span, _ in pack.rounds:
-            ring.all_gather(node, buf[span])
-    for rank, (lo, hi, at) in enumerate(pack.places):
-        if rank != layout.rank:
-            xp.copyto(whole[lo:hi], buf[at:at + hi - lo])
+    engine.all_gather(coll, all_gather_steps, whole, layout.plan_nodes())
 
 
 class Bandwidth:

@@ -130,141 +130,84 @@ def _plan(count, itemsize, n, k, rank, cut=steps):
     return None, members, tuple(plan)
 
 
-def _shifted(pieces, by):
-    """``pieces`` (slices) moved ``by`` elements down: their place in a vector that starts there."""
-    return tuple(slice(piece.start - by, piece.stop - by) for piece in pieces)
+def _at(vector, piece):
+    """The plan's slice of ``piece`` (a slice of the whole vector's elements) in ``vector``, a
+    ``(name, base)`` whose element i is the whole vector's element base + i."""
+    name, base = vector
+    return name, piece.start - base, piece.stop - base
 
 
-def _reducer(coll, dtype, rounds, read=0, write=0):
-    """``reduce(current, out)``: the k-1 rounds of one halving step, piece by piece, reducing the
-    parts received into this core's part of ``current`` and writing it to ``out``; element i of
-    the vector is ``current[i - read]`` and ``out[i - write]`` (0, 0: both whole-length). Radix 2:
-    the step's exchange of each piece, bound once (:meth:`Collective.exchange`); else every send
-    posted at once, then the parts received and reduced in round order, each as it arrives
-    (:meth:`Collective.recv_combine`)."""
-    if len(rounds) == 1:
-        outs, dest, intos, source = rounds[0]
-        paired = tuple(zip(
-            (coll.exchange(dtype, out.stop - out.start, dest, into.stop - into.start, source, True)
-             for out, into in zip(outs, intos)), _shifted(outs, read), _shifted(intos, read), _shifted(intos, write)))
-
-        def reduce(current, out):
-            for exchange, sent, into, target in paired:
-                exchange(current[sent], current[into], out[target])
-        return reduce
-    isend, recv_combine = coll.isend, coll.recv_combine
-    rounds = tuple((_shifted(outs, read), dest, intos, source) for outs, dest, intos, source in rounds)
-    kept, targets = _shifted(rounds[0][2], read), _shifted(rounds[0][2], write)
-
-    def reduce(current, out):
-        for j in range(len(rounds[0][2])):
-            sends = [isend(current[outs[j]], dest) for outs, dest, _, _ in rounds]
-            acc, target = current[kept[j]], out[targets[j]]
-            for _, _, _, source in rounds:  # in round order, each straight from its slot within a node
-                recv_combine(acc, source, target)
-                acc = target
-            for request in sends:
-                request.Wait()
-    return reduce
+def _halving(rounds, current, out):
+    """One halving step's plan, piece by piece: the k-1 parts sent and those received reduced
+    into this core's part of ``current``, written to ``out`` (both ``(name, base)``). Radix 2: one
+    reducing exchange a piece; else every part sent at once, those received reduced in round
+    order, each as it arrives (straight from its slot within a node)."""
+    plan = []
+    for j in range(len(rounds[0][2])):
+        if len(rounds) == 1:
+            outs, dest, intos, source = rounds[0]
+            plan.append(sendrecv_reduce(dest, _at(current, outs[j]), source, _at(current, intos[j]),
+                                        _at(out, intos[j])))
+            continue
+        plan += [isend(dest, _at(current, outs[j]), t) for t, (outs, dest, _, _) in enumerate(rounds)]
+        acc, target = _at(current, rounds[0][2][j]), _at(out, rounds[0][2][j])
+        for _, _, _, source in rounds:
+            plan.append(recv_reduce(source, acc, target))
+            acc = target
+        plan.append(wait(*range(len(rounds))))
+    return plan
 
 
-def _gatherer(coll, dtype, rounds):
-    """``gather(buf)``: the k-1 rounds of one doubling step, piece by piece, as :func:`_reducer`."""
-    if len(rounds) == 1:
-        outs, dest, intos, source = rounds[0]
-        paired = tuple(zip(
-            (coll.exchange(dtype, out.stop - out.start, dest, into.stop - into.start, source)
-             for out, into in zip(outs, intos)), outs, intos))
-
-        def gather(buf):
-            for exchange, sent, into in paired:
-                exchange(buf[sent], buf[into])
-        return gather
-    isend, irecv = coll.isend, coll.irecv
-
-    def gather(buf):
-        for j in range(len(rounds[0][0])):
-            requests = [irecv(buf[intos[j]], source) for _, _, intos, source in rounds]
-            requests += [isend(buf[outs[j]], dest) for outs, dest, _, _ in rounds]
-            for request in requests:
-                request.Wait()
-    return gather
+def _doubling(rounds, whole):
+    """One doubling step's plan on ``whole`` (a vector's name), piece by piece: radix 2 one exchange
+    a piece; else the k-1 receives and sends posted at once, then waited for."""
+    plan, k = [], len(rounds)
+    for j in range(len(rounds[0][0])):
+        if k == 1:
+            outs, dest, intos, source = rounds[0]
+            plan.append(sendrecv(dest, _at((whole, 0), outs[j]), source, _at((whole, 0), intos[j])))
+            continue
+        plan += [irecv(source, _at((whole, 0), intos[j]), t) for t, (_, _, intos, source) in enumerate(rounds)]
+        plan += [isend(dest, _at((whole, 0), outs[j]), k + t) for t, (outs, dest, _, _) in enumerate(rounds)]
+        plan.append(wait(*range(2 * k)))
+    return plan
 
 
-def _bound(coll, count, dtype, cut):
-    """:func:`_plan` with each step bound (made once per shape: :meth:`Collective.plan`):
-    ``(core_rank, members, steps)``, ``steps`` per step ``(reduce(current, out), gather(buf))``."""
-    core, members, plan = _plan(count, dtype.itemsize, coll.size, radix(coll.size), coll.rank, cut)
-    return core, members, tuple((_reducer(coll, dtype, reduce_rounds), _gatherer(coll, dtype, gather_rounds))
-                                for reduce_rounds, gather_rounds in plan)
+def _segments(count, itemsize):
+    cuts = segment_offsets(count, itemsize)
+    return [slice(lo, hi) for lo, hi in zip(cuts, cuts[1:])]
 
 
-def _send_in(coll, vector, core):
-    """A member's fold in: ``vector`` to its core, in pipeline segments."""
-    segments = segment_offsets(vector.size, vector.itemsize)
-    for lo, hi in zip(segments, segments[1:]):
-        coll.send(vector[lo:hi], core)
-
-
-def _fold_in(coll, members, current, out):
+def _fold_in(members, current, out, segments):
     """A core's fold in: each member's vector, segment by segment, reduced into ``current``
-    (written to ``out``); what holds the sum after (``current`` where there are no members)."""
-    segments = segment_offsets(current.size, current.itemsize)
+    (written to ``out``)."""
+    plan = []
     for member in members:
-        for lo, hi in zip(segments, segments[1:]):
-            coll.recv_combine(current[lo:hi], member, out[lo:hi])
+        plan += [recv_reduce(member, _at(current, seg), _at(out, seg)) for seg in segments]
         current = out
-    return current
+    return plan
 
 
 def allreduce_steps(size, rank, count, itemsize):
     """This rank's plan (:mod:`.plan`) of the all-reduce: a member sends its vector to its core in
     segments and receives the result; a core reduces its members' vectors in, runs the m halving
-    steps (radix 2: one reducing exchange a piece; radix k: the k-1 parts sent at once, those
-    received reduced in round order), the m doubling steps in reverse, and sends each member the
-    result. Its partial sums are its input until it first reduces, then the output."""
+    steps (:func:`_halving`), the m doubling steps in reverse (:func:`_doubling`), and sends each
+    member the result. Its partial sums are its input until it first reduces, then the output."""
     if size == 1:
         return (copy(("input", 0, count), ("output", 0, count)),)
     core, members, rounds = _plan(count, itemsize, size, radix(size), rank, steps)
-    segments = segment_offsets(count, itemsize)
-    segments = list(zip(segments, segments[1:]))
+    segments = _segments(count, itemsize)
     if core is not None:
-        return (*(send(core, ("input", lo, hi)) for lo, hi in segments), recv(core, ("output", 0, count)))
-    plan, current = [], "input"
-    for member in members:
-        plan += [recv_reduce(member, (current, lo, hi), ("output", lo, hi)) for lo, hi in segments]
-        current = "output"
+        return (*(send(core, _at(("input", 0), seg)) for seg in segments), recv(core, ("output", 0, count)))
+    plan = _fold_in(members, ("input", 0), ("output", 0), segments)
+    current = ("output", 0) if members else ("input", 0)
     for reduce_rounds, _ in rounds:
-        for j in range(len(reduce_rounds[0][2])):
-            if len(reduce_rounds) == 1:
-                outs, dest, intos, source = reduce_rounds[0]
-                plan.append(sendrecv_reduce(dest, _slice(current, outs[j]), source, _slice(current, intos[j]),
-                                            _slice("output", intos[j])))
-                continue
-            plan += [isend(dest, _slice(current, outs[j]), t) for t, (outs, dest, _, _) in enumerate(reduce_rounds)]
-            acc, target = _slice(current, reduce_rounds[0][2][j]), _slice("output", reduce_rounds[0][2][j])
-            for _, _, _, source in reduce_rounds:  # in round order
-                plan.append(recv_reduce(source, acc, target))
-                acc = target
-            plan.append(wait(*range(len(reduce_rounds))))
-        current = "output"
+        plan += _halving(reduce_rounds, current, ("output", 0))
+        current = ("output", 0)
     for _, gather_rounds in reversed(rounds):
-        for j in range(len(gather_rounds[0][0])):
-            if len(gather_rounds) == 1:
-                outs, dest, intos, source = gather_rounds[0]
-                plan.append(sendrecv(dest, _slice("output", outs[j]), source, _slice("output", intos[j])))
-                continue
-            k = len(gather_rounds)
-            plan += [irecv(source, _slice("output", intos[j]), t) for t, (_, _, intos, source) in enumerate(gather_rounds)]
-            plan += [isend(dest, _slice("output", outs[j]), k + t) for t, (outs, dest, _, _) in enumerate(gather_rounds)]
-            plan.append(wait(*range(2 * k)))
+        plan += _doubling(gather_rounds, "output")
     plan += [send(member, ("output", 0, count)) for member in members]
     return tuple(plan)
-
-
-def _slice(vector, piece):
-    """A plan's slice of ``vector`` for a slice object."""
-    return vector, piece.start, piece.stop
 
 
 def bind(coll, count, dtype):
@@ -276,78 +219,63 @@ def allreduce(coll, sendbuf, recvbuf):
     engine.run(coll, allreduce_steps, sendbuf, recvbuf)
 
 
-def _scatter_bound(coll, count, dtype, in_place):
-    """The reduce-scatter's steps (:func:`group_steps`), bound once per shape and placement:
-    ``(core_rank, members, reducers, scratch)``, ``scratch`` the length of the vector this core's
-    partial sums go to out of place (None: none). A core with members reduces them in, so its
-    partial sums are whole-length (``partial``, or scratch); one without keeps them in place
-    (``partial`` is ``src``) or in a scratch as long as the part its first step keeps (out of
-    place), and its last step, which keeps its own chunk, reduces straight into ``result``."""
-    n, rank = coll.size, coll.rank
-    core, members, plan = _plan(count, dtype.itemsize, n, radix(n), rank, group_steps)
+def reduce_scatter_steps(size, rank, count, itemsize, partial="scratch"):
+    """This rank's plan of the reduce-scatter, recursive halving cut at group boundaries
+    (:func:`group_steps`): the members' vectors reduced into their cores, the m halving steps,
+    then each core sends each member its chunk. A member sends its vector and receives its chunk
+    (``"output"``). A core's partial sums go to ``partial``: ``"input"`` (in place) or
+    ``"partial"`` (whole-length vectors), or ``"scratch"``, whole-length on a core with members,
+    else as long as the part its first step keeps; a core without members reduces its last step
+    straight into ``"output"``."""
+    offsets = chunk_offsets(count, size)
+    own = slice(offsets[rank], offsets[rank + 1])
+    if size == 1:
+        return (copy(("input", 0, count), ("output", 0, count)),)
+    core, members, rounds = _plan(count, itemsize, size, radix(size), rank, group_steps)
+    segments = _segments(count, itemsize)
     if core is not None:
-        return core, members, (), None
-    keeps = [reduce_rounds[0][2] for reduce_rounds, _ in plan]
-    kept, own = keeps[0][0].start, chunk_offsets(count, n)[rank]
-    base = 0 if in_place or members else kept  # where the partial sums' vector starts
-    scratch = None if in_place else count if members else keeps[0][-1].stop - kept if len(plan) > 1 else None
-    reducers, read = [], 0
-    for s, (reduce_rounds, _) in enumerate(plan):
-        write = own if s == len(plan) - 1 and not members else base
-        reducers.append(_reducer(coll, dtype, reduce_rounds, read, write))
-        read = base
-    return None, members, tuple(reducers), scratch
+        return (*(send(core, _at(("input", 0), seg)) for seg in segments), recv(core, _at(("output", own.start), own)))
+    kept = rounds[0][0][0][2][0].start if rounds else 0  # where the part the first step keeps starts
+    store = (partial, 0) if partial != "scratch" or members else ("scratch", kept)
+    plan = _fold_in(members, ("input", 0), store, segments)
+    current = store if members else ("input", 0)
+    for s, (reduce_rounds, _) in enumerate(rounds):
+        last = s == len(rounds) - 1
+        plan += _halving(reduce_rounds, current, ("output", own.start) if last and not members else store)
+        current = store
+    if members:
+        offsets_of = [slice(offsets[m], offsets[m + 1]) for m in members]
+        plan += [send(member, _at(store, chunk)) for member, chunk in zip(members, offsets_of)]
+        plan.append(copy(_at(store, own), _at(("output", own.start), own)))
+    return tuple(plan)
+
+
+def all_gather_steps(size, rank, count, itemsize):
+    """This rank's plan of the all-gather in place on ``"output"``: recursive doubling over the
+    cores, the steps of :func:`group_steps` in reverse; the members' chunks gathered into their
+    cores first, the whole vector sent to each member last."""
+    if size == 1:
+        return ()
+    offsets = chunk_offsets(count, size)
+    core, members, rounds = _plan(count, itemsize, size, radix(size), rank, group_steps)
+    if core is not None:
+        return (send(core, ("output", offsets[rank], offsets[rank + 1])), recv(core, ("output", 0, count)))
+    plan = [recv(member, ("output", offsets[member], offsets[member + 1])) for member in members]
+    for _, gather_rounds in reversed(rounds):
+        plan += _doubling(gather_rounds, "output")
+    plan += [send(member, ("output", 0, count)) for member in members]
+    return tuple(plan)
 
 
 def reduce_scatter(coll, src, partial, result):
-    """Recursive halving cut at group boundaries (:func:`group_steps`): the members' vectors
-    reduced into their cores, the m halving steps, then each core sends each of its members its
-    chunk. Partial sums go to ``partial``, or out of place to scratch (:func:`_scatter_bound`);
-    a core without members reduces its last step straight into ``result``."""
-    n, rank = coll.size, coll.rank
-    if n == 1:
-        coll.start_in(src, result)
-        return
-    core, members, reducers, scratch = coll.plan(_scatter_bound, src.size, src.dtype, partial is not None)
-    if core is not None:
-        _send_in(coll, src, core)
-        coll.recv(result, core)
-        return
-    if partial is None and scratch is not None:
-        partial = coll.scratch(src.dtype, scratch, "rabenseifner-partial")
-    current = _fold_in(coll, members, src, partial)
-    for reduce in reducers[:-1]:
-        reduce(current, partial)
-        current = partial
-    if not members:
-        reducers[-1](current, result)
-        return
-    reducers[-1](current, partial)
-    offsets = chunk_offsets(src.size, n)
-    for member in members:
-        coll.send(partial[offsets[member]:offsets[member + 1]], member)
-    coll.start_in(partial[offsets[rank]:offsets[rank + 1]], result)
+    """:func:`reduce_scatter_steps`, the partial sums in ``partial`` (``src`` itself in place), or
+    in scratch when it is None."""
+    engine.reduce_scatter(coll, reduce_scatter_steps, src, partial, result)
 
 
 def all_gather(coll, whole):
-    """Recursive doubling over the cores, the steps of :func:`group_steps` in reverse: the
-    members' chunks gathered into their cores, the m doubling steps, then each core sends each of
-    its members the whole vector."""
-    n, rank = coll.size, coll.rank
-    if n == 1:
-        return
-    core, members, steps_bound = coll.plan(_bound, whole.size, whole.dtype, group_steps)
-    offsets = chunk_offsets(whole.size, n)
-    if core is not None:
-        coll.send(whole[offsets[rank]:offsets[rank + 1]], core)
-        coll.recv(whole, core)
-        return
-    for member in members:
-        coll.recv(whole[offsets[member]:offsets[member + 1]], member)
-    for _, gather in reversed(steps_bound):
-        gather(whole)
-    for member in members:
-        coll.send(whole, member)
+    """:func:`all_gather_steps` on ``whole``."""
+    engine.all_gather(coll, all_gather_steps, whole)
 
 
 def _folds(model, k):

@@ -27,7 +27,6 @@ import numpy as np
 
 from . import engine
 from .algorithm import Algorithm
-from .arrays import same_memory
 from .layout import chunk_offsets, segment_offsets
 from .plan import copy, sendrecv, sendrecv_reduce
 
@@ -131,24 +130,18 @@ def all_gather_steps(size, rank, count, itemsize, order=None):
                  for out, into in _all_gather_order(size, rank, order)) if size > 1 else ()
 
 
-#: the vectors the halves' plans name, in the order their runs take them
-REDUCE_SCATTER, ALL_GATHER = ("input", "partial", "output"), ("output",)
-
-
 def reduce_scatter(coll, src, partial, result, order=None):
     """Ring reduce-scatter of ``src`` (read only) into ``result`` (this rank's chunk), around
     ``order`` (default: the ranks in order): :func:`reduce_scatter_steps`, the partial sums in
     ``partial`` (a whole-length vector, which may be ``src`` itself when in place) or, when it
     is None, in scratch. Each piece is reduced as it arrives (:meth:`Collective.sendrecv_combine`)."""
-    where = "scratch" if partial is None else "input" if same_memory(partial, src) else "partial"
-    engine.bound(coll, reduce_scatter_steps, src.size, src.dtype, order, where,
-                 names=REDUCE_SCATTER)(src, partial, result)
+    engine.reduce_scatter(coll, reduce_scatter_steps, src, partial, result, order)
 
 
 def all_gather(coll, buf, order=None):
     """Ring all-gather in place: ``buf`` holds this rank's chunk at its place and ends whole
     (:func:`all_gather_steps`)."""
-    engine.bound(coll, all_gather_steps, buf.size, buf.dtype, order, names=ALL_GATHER)(buf)
+    engine.all_gather(coll, all_gather_steps, buf, order)
 
 
 def bind(coll, count, dtype, order=None):

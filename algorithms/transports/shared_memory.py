@@ -149,7 +149,19 @@ class SharedMemoryTransport:
             self.pending[:] = [m for m in self.pending if not m.done]
         return moved
 
+    def _only_mpi(self):
+        """Whether every pending message goes through MPI, which moves them inside any blocking
+        MPI call: then a blocking MPI call waits safely, and a wait waits inside MPI."""
+        return all(type(m) is MpiMessage for m in self.pending)
+
     def wait(self, *messages):
+        if self._only_mpi():  # nothing of ours to move: wait inside MPI, not in a poll of Test()
+            for m in messages:
+                if not m.done:
+                    m.request.Wait()
+                    m.done = True
+            self.pending[:] = [m for m in self.pending if not m.done]
+            return
         idle = 0
         while not all(m.done for m in messages):
             if self.progress():
@@ -191,8 +203,8 @@ class SharedMemoryTransport:
         return None
 
     def send(self, buf, dest):
-        if not self.pending and self._node_rank(dest, buf.nbytes) is None:
-            self.mpi.send(buf, dest)  # nothing pending, so blocking MPI is safe
+        if self._node_rank(dest, buf.nbytes) is None and self._only_mpi():
+            self.mpi.send(buf, dest)  # nothing of ours pending, so blocking MPI is safe
             return
         raw = buf.view(np.uint8)
         request = self._announce_via_mpi(raw, dest)
@@ -202,8 +214,7 @@ class SharedMemoryTransport:
             self.wait(self._start_send(raw, dest))
 
     def recv(self, buf, source):
-        if not self.pending and (self._node_rank(source, buf.nbytes) is None
-                                 or self._take_via_mpi(buf.nbytes, source)):
+        if (self._node_rank(source, buf.nbytes) is None and self._only_mpi()) or self._take_via_mpi(buf.nbytes, source):
             self.mpi.recv(buf, source)
         else:
             self.wait(self._start_recv_into(buf.view(np.uint8), source))

@@ -82,7 +82,7 @@ def plan_of(args):
     else:
         network = Network.uniform(n, args.beta_GBps, args.alpha_us, args.ranks_per_node)
         links = f"uniform links of alpha {args.alpha_us:g} us and beta {args.beta_GBps:g} GB/s"
-    priced = replay(ranks, itemsize, network.link)
+    priced = replay(ranks, itemsize, network)
     lines = [f"# {args.algo} on {n} ranks, {count} {row.name} elements a rank ({count * itemsize} B), "
              f"priced on {links}",
              "# rank  step  price(us)  what"]

@@ -17,7 +17,7 @@ from mpi4py import MPI
 
 import algorithms
 from algorithms import executor
-from algorithms.hier import layout_of
+from algorithms.hier import layout_of, owners
 from algorithms.ops import LOW_PRECISION, is_floating
 from topology import binomial_tree, random_heterogeneous
 
@@ -63,20 +63,10 @@ def test_layout_is_the_map(comm):
                                  "source": "ALLREDUCE_NODE_MAP" if os.environ.get("ALLREDUCE_NODE_MAP")
                                  else "shared memory"}
     sizes = [nodes.count(k) for k in range(max(nodes) + 1)]
-    owned = comm.allgather(sorted(layout.mine))
-    for k in range(len(sizes)):
-        if len(sizes) == 1:
-            assert all(not pieces for pieces in owned)  # one node: nothing goes across
-            continue
-        pieces = sorted(p for r in range(comm.size) if nodes[r] == k for p in owned[r])
-        assert pieces == list(range(max(sizes))), f"node {k} owns pieces {pieces}"
-    for private in layout.mine.values():  # one owner per node, its rank the node's index
-        if private is None:  # one rank per node: the communicator itself, node k rank k
-            assert max(sizes) == 1 and nodes == list(range(comm.size))
-        else:
-            assert private.size == len(sizes) and private.rank == nodes[comm.rank]
-    built = [private.comm for private in layout._privates]
-    assert len(built) == (len(sizes) > 1 and max(sizes) > 1) * (len(layout.mine) + (sizes[nodes[comm.rank]] > 1))
+    assert [list(ranks) for ranks in layout.members] == [[r for r in range(comm.size) if nodes[r] == k]
+                                                         for k in range(len(sizes))]
+    for piece in range(max(sizes)):  # one owner per node, in node order
+        assert [nodes[r] for r in owners(layout.members, piece)] == list(range(len(sizes)))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -132,11 +122,10 @@ def allgatherv_reference(comm, chunk, count):
 
 
 def no_communicator_built(comm, call):
-    """``call()``, checking it builds no sub-communicator beyond the all-reduce's (the halves reuse them)."""
-    layout = layout_of(comm)
-    built = list(layout._privates)
+    """``call()``, checking it builds no communicator (hier's plans run on the caller's)."""
+    live = len(executor._LIVE)
     call()
-    assert layout._privates == built
+    assert len(executor._LIVE) == live
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -214,18 +203,17 @@ def test_bamtree_variant_uses_its_tree(comm):
     assert nodes == 1 or (len(trees) == 1 and trees[0].size == nodes)
 
 
-def test_sub_communicators_are_freed_with_the_communicator(comm):
+def test_no_communicator_but_the_callers_private_one(comm):
+    """hier runs on the caller's communicator: the only communicator made is its private
+    duplicate, as for every algorithm, and it goes with the caller's."""
     live = len(executor._LIVE)
     dup = comm.Dup()
     x = np.arange(100, dtype=np.int64) + comm.rank
     algorithms.allreduce(x, algorithm="hier", comm=dup, **extra(comm.size))
     assert (x == np.arange(100) * comm.size + comm.size * (comm.size - 1) // 2).all()
-    layout = layout_of(dup)
-    subs = list(layout._privates)
-    assert len(executor._LIVE) == live + 1 + len(subs)
+    assert len(executor._LIVE) == live + 1
     dup.Free()
     assert len(executor._LIVE) == live
-    assert all(private.comm == MPI.COMM_NULL for private in subs)
 
 
 def one_message_everywhere(comm, error, match, call):

@@ -17,6 +17,7 @@ not count on buffering, and messages between two ranks match in the order they w
 A plan that waits forever under that rule raises ``ValueError`` naming the ranks and steps.
 """
 
+import bisect
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,16 +46,22 @@ class _Message:
         self.received = False  # its receive is posted
 
 
-def replay(ranks, itemsize, link, memory_Bps=None):
+def replay(ranks, itemsize, network):
     """Replay the plan ``ranks`` (rank r's steps: ``ranks[r]``) of elements of ``itemsize`` bytes
-    on links ``link(src, dst) -> (B/s, s)``; each rank reduces at ``memory_Bps[r]`` B/s (None:
-    reducing costs nothing). Returns a :class:`Replay`; ``ValueError`` when the plan deadlocks
-    or a step names a rank that is not in it."""
+    on ``network`` (a :class:`.network.Network`: its links, the node of each rank and the nodes'
+    ports; each rank reduces at its memory rate where the network gives one, else for nothing).
+    Returns a :class:`Replay`; ``ValueError`` when the plan deadlocks or a step names a rank that
+    is not in it."""
     n = len(ranks)
-    bandwidth, latency = _links(n, link)
+    if n != network.n:
+        raise ValueError(f"a plan of {n} ranks on a network of {network.n}")
+    bandwidth, latency = _links(n, network.link)
+    node = network.nodes.tolist()
+    egress, ingress = network.egress.tolist(), network.ingress.tolist()
+    memory_Bps = None if network.rank_in is None else network.rank_in.tolist()
     clock = [0.0] * n
-    port_out = [0.0] * n
-    port_in = [0.0] * n
+    ports_out = [[] for _ in egress]  # each node's port's busy times, out and in: sorted (start, end)
+    ports_in = [[] for _ in ingress]
     pc = [0] * n
     times = [[] for _ in range(n)]
     channels = {}  # (src, dst) -> messages in posting order
@@ -67,9 +74,12 @@ def replay(ranks, itemsize, link, memory_Bps=None):
         if not 0 <= to < n:
             raise ValueError(f"rank {r} step {pc[r]}: sends to rank {to}, not in 0..{n - 1}")
         nbytes = (piece[2] - piece[1]) * itemsize
-        start = max(clock[r], port_out[r])
         hold = nbytes / bandwidth[r, to]
-        port_out[r] = start + hold
+        start = clock[r]
+        if node[r] != node[to] and nbytes:  # through both nodes' ports, in the first time both are free
+            out, into = nbytes / egress[node[r]], nbytes / ingress[node[to]]
+            start = _reserve(ports_out[node[r]], ports_in[node[to]], start, out, into)
+            hold = max(hold, out, into)
         message = _Message(start, start + latency[r, to] + hold, start + hold, nbytes)
         queue = channels.setdefault((r, to), [])
         message.received = len(queue) < posted_recvs.get((r, to), 0)
@@ -95,8 +105,8 @@ def replay(ranks, itemsize, link, memory_Bps=None):
         if index >= len(queue):
             return None
         message = queue[index]
-        end = max(clock[r], message.arrival, port_in[r] + message.nbytes / bandwidth[source, r])
-        port_in[r] = end
+        arrival = message.arrival
+        end = max(clock[r], arrival)
         if step.kind in _REDUCES and memory_Bps is not None:
             end += message.nbytes / memory_Bps[r]
         return end
@@ -157,6 +167,27 @@ def replay(ranks, itemsize, link, memory_Bps=None):
             stuck = [f"rank {r} at step {pc[r]} ({ranks[r][pc[r]].kind})" for r in range(n) if pc[r] < len(ranks[r])]
             raise ValueError("the plan deadlocks: " + ", ".join(stuck))
     return Replay(max(clock, default=0.0), times, totals[0], totals[1])
+
+
+def _reserve(out, into, start, hold_out, hold_in):
+    """The earliest time from ``start`` at which the port busy times ``out`` and ``into`` (sorted
+    lists of (start, end)) are both free for ``hold_out`` and ``hold_in``; both reserved from then.
+    A message takes the first gap that fits, whatever order the replay reaches the messages in."""
+    t = start
+    while True:
+        moved = False
+        for busy, hold in ((out, hold_out), (into, hold_in)):
+            i = bisect.bisect_right(busy, (t, float("inf"))) - 1
+            i = max(i, 0)
+            while i < len(busy) and busy[i][0] < t + hold:
+                if busy[i][1] > t:
+                    t, moved = busy[i][1], True
+                i += 1
+        if not moved:
+            break
+    bisect.insort(out, (t, t + hold_out))
+    bisect.insort(into, (t, t + hold_in))
+    return t
 
 
 def _done(r, end, clock, times, pc):
