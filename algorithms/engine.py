@@ -4,7 +4,7 @@ Each step becomes one call of the transport: ``isend``, ``send``, ``recv``, ``re
 (which reduces straight from a shared slot where the transport has them), a bound exchange
 (:meth:`.executor.Collective.exchange`, found once per shape) or a copy. What every call of
 the same shape repeats is done once, in :func:`bind`: the exchanges are bound and, for vectors
-up to :data:`VIEWS_KEPT_BYTES`, the slices of the last two vectors are kept and reused while
+up to :data:`VIEWS_KEPT_BYTES`, the slices of the last call's vectors are kept and reused while
 the call gets those same vectors, so a small call runs its steps and nothing else.
 """
 

@@ -46,6 +46,7 @@ chunks; the all-gather runs the same stages in reverse (see :class:`Packing`). T
 across the nodes, also with ``ALLREDUCE_HIER_ACROSS=bamtree`` (a tree reduces to one root).
 """
 
+import functools
 import math
 import zlib
 from typing import NamedTuple
@@ -249,6 +250,15 @@ def allreduce(coll, sendbuf, recvbuf, bandwidth=None):
     """:func:`steps` on the communicator's :class:`Layout` and tree across the nodes."""
     layout = coll.private.resource(RESOURCE, Layout)
     engine.run(coll, steps, sendbuf, recvbuf, layout.plan_nodes(layout.across_tree(bandwidth)))
+
+
+def bind(coll, count, dtype):
+    """``run(sendbuf, recvbuf)`` with rings across the nodes (a call that passes no ``bandwidth=``),
+    where the node layout is built already (it is built collectively: else the first call builds it)."""
+    layout = coll.private.resources.get(RESOURCE)
+    if layout is None or layout.across != "ring":
+        return functools.partial(allreduce, coll)
+    return engine.bound(coll, steps, count, dtype, layout.plan_nodes())
 
 
 def plan_input(size, matrix, nodes):
@@ -523,7 +533,8 @@ def _between_nodes(model, groups):
     return BandwidthMatrix(model.matrix.bandwidth[pick], model.matrix.latency[pick])
 
 
-ALGORITHM = Algorithm("hier", allreduce, schedule=schedule, steps=steps, plan_input=plan_input, prepare=prepare,
+ALGORITHM = Algorithm("hier", allreduce, schedule=schedule, steps=steps, bind=bind, plan_input=plan_input,
+                      prepare=prepare,
                       needs_bandwidth=lambda: setting("ALLREDUCE_HIER_ACROSS") == "bamtree",
                       reduce_scatter=reduce_scatter, all_gather=all_gather,
                       reduce_scatter_schedule=half_schedule, all_gather_schedule=half_schedule,

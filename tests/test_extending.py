@@ -14,17 +14,21 @@ import sys
 
 from conftest import ROOT, mpiexec
 
-TRIVIAL_ALGORITHM = '''"""A trivial all-reduce, for the test of the registry: recursive doubling under another name."""
+TRIVIAL_ALGORITHM = '''"""A trivial all-reduce, for the test of the registry: recursive doubling's plan under another name."""
 
-from . import recursive_doubling
+from . import engine, recursive_doubling
 from .algorithm import Algorithm
 
 
+def steps(size, rank, count, itemsize):
+    return recursive_doubling.steps(size, rank, count, itemsize)
+
+
 def allreduce(coll, sendbuf, recvbuf):
-    recursive_doubling.allreduce(coll, sendbuf, recvbuf)
+    engine.run(coll, steps, sendbuf, recvbuf)
 
 
-ALGORITHM = Algorithm("trivial", allreduce, schedule=recursive_doubling.schedule)
+ALGORITHM = Algorithm("trivial", allreduce, schedule=recursive_doubling.schedule, steps=steps)
 '''
 
 TRIVIAL_BASELINE = '''"""A trivial baseline, for the test of the baselines' table: the MPI library's collective under another name."""
@@ -85,6 +89,8 @@ def test_an_algorithm_is_one_module_and_one_registry_line(tmp_path):
     assert rows["trivial"][3:] == rd[3:]  # rd's schedule: rd's time, busbw and limit
     candidates = run(code, ["-c", "import algorithms; print(','.join(algorithms.auto.candidates()))"])
     assert "trivial" in candidates.strip().split(",")
+    planned = run(code, ["-m", "bench", "plan", "--algo", "trivial", "-n", "4"])
+    assert "sendrecv" in planned and "# modelled time 10.00 us" in planned, planned  # rd's 2 steps of 5 us
 
 
 def test_a_baseline_is_one_module_and_one_table_entry(tmp_path):

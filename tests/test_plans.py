@@ -23,6 +23,7 @@ from topology import BandwidthMatrix
 from topology.model import Network
 from topology.model.replay import replay
 
+from conftest import run_mpi
 from plan_check import PlanError, run_symbolically
 
 RANKS = range(1, 10)
@@ -285,3 +286,25 @@ def test_hier_plan_on_uneven_nodes(nodes, monkeypatch):
             if shape:
                 run_symbolically([hier.all_gather_steps(n, r, count, 4, shape) for r in range(n)], count,
                                  collective="all_gather")
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_plan_fit_prices_every_algorithm_it_times(ranks, tmp_path):
+    """``bench plan-fit`` under a real mpiexec (3 ranks on 2 cores: a functional run, not a
+    measurement): a row for every algorithm and size, a fit per round, each row's ratio its
+    measured time over its price, and a verdict."""
+    from bench.tools.plan_fit import FITTED
+    out = tmp_path / "fit.json"
+    proc = run_mpi(ranks, ["-m", "bench", "plan-fit", "-b", "8", "-e", "512", "-f", "8", "--rounds", "3",
+                           "-J", str(out)], timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    document = json.loads(out.read_text())
+    assert document["ranks"] == ranks and len(document["fits"]) == 3
+    assert all(fit["alpha_us"] > 0 for fit in document["fits"])
+    rows = {(row["bytes"], row["algorithm"]): row for row in document["rows"]}
+    assert set(rows) == {(size, name) for size in (8, 64, 512) for name in FITTED}
+    for row in rows.values():
+        assert row["measured_us"]["low"] <= row["measured_us"]["median"] <= row["measured_us"]["high"]
+        assert row["priced_us"]["median"] > 0
+    table = [line.split() for line in proc.stdout.splitlines() if not line.startswith("#")]
+    assert len(table) == len(rows) and {line[-1] for line in table} <= {"met", "missed", "tie"}

@@ -47,6 +47,8 @@ TOOLS = {
                   False),
     "plan": Tool("bench.tools.plan", "an algorithm's plan: each rank's steps, priced by the model, or as JSON",
                  False),
+    "plan-fit": Tool("bench.tools.plan_fit", "each algorithm's time at small sizes against its plan's price, from one "
+                     "message's time through the same engine (under mpiexec)", True),
     "plot": Tool("bench.tools.plot", "busbw against message size, as a PNG", False),
     "scaling": Tool("bench.tools.scaling",
                     "data-parallel training step time and efficiency per algorithm and rank count", False),

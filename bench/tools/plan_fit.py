@@ -1,0 +1,169 @@
+"""``mpiexec -n N python -m bench plan-fit``: each algorithm's time at small sizes beside what the
+cost model prices its plan at, from the time of one message measured through the same engine.
+
+Each round times, at every size, one reducing exchange with the ring's neighbours run by the
+plans' engine (``algorithms/engine.py``, the step the ring takes N-1 times), then every
+algorithm through the same engine (each algorithm's bound call, without the entry point's
+checks), the candidates in an order rotated each round. A straight line through that round's
+exchange times, α + m/β by least squares over the sizes, gives the links of a uniform network
+(``topology.model.Network.uniform``), on which each algorithm's plan is replayed
+(``topology/model/replay.py``) at each size. So each round gives a measured time and a price
+per algorithm and size; the table shows the medians with their 95% intervals and the paired
+ratio, measured over priced, with its interval, judged against 1 ± ``--within``: met where the
+interval lies inside, missed where it lies outside, a tie where it straddles a bound.
+"""
+
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+import algorithms
+from algorithms import engine
+from algorithms.executor import private_comm
+from algorithms.plan import sendrecv_reduce
+from algorithms.registry import REGISTERED
+from plumbing.files import check_writable, write_json_atomically
+from topology.model import Network
+from topology.model.replay import replay
+from topology.probe import node_numbers
+
+from ..core.cli import Parser, add_size_flags
+from ..core.machine import results_header
+from ..core.sizes import sweep
+from ..core.timing import iterations_for, time_calls
+from ..formats.stats import median_interval, round_order
+from ..formats.tables import size_label
+
+#: the algorithms written as plans that run without a bandwidth matrix
+FITTED = tuple(name for name, record in REGISTERED.items() if record.steps is not None and not record.wants_bandwidth())
+PROBE = "exchange"
+
+
+def main(argv):
+    p = Parser(prog="python -m bench plan-fit", description=__doc__.split("\n\n")[0].replace("``", "'"))
+    add_size_flags(p, "8", "4K", 4)
+    p.add_argument("--algo", default=",".join(FITTED), help=f"comma list of {','.join(FITTED)} (default all)")
+    p.add_argument("--rounds", type=int, default=9, help="rounds, each timing every size and candidate (default 9)")
+    p.add_argument("--within", type=float, default=0.25, help="the target: measured within this share of the "
+                   "price (default 0.25)")
+    p.add_argument("-J", "--json", metavar="FILE", help="write the rows and the fits as JSON")
+    args = p.parse_args(argv)
+    names = args.algo.split(",")
+    unknown = [name for name in names if name not in FITTED]
+    if unknown or args.rounds < 3 or not 0 < args.within < 1:
+        p.error(f"--algo {','.join(unknown)}: choices {','.join(FITTED)}" if unknown else
+                "--rounds must be at least 3 and --within between 0 and 1")
+    if args.json:
+        check_writable(args.json)
+    comm = MPI.COMM_WORLD
+    if comm.Get_size() < 2:
+        p.error("needs at least 2 ranks (mpiexec -n 2 or more): one rank sends no message to fit")
+    sizes = [s for s in sweep(args.minbytes, args.maxbytes, args.stepfactor) if s >= 4]
+    samples = measure(comm, names, sizes, args.rounds)
+    fits, rows = price(node_numbers(comm), names, sizes, samples)
+    header = results_header("plan-fit", comm=comm)  # collective
+    if comm.Get_rank() == 0:
+        print("\n".join(lines(comm.Get_size(), fits, rows, args.within)))
+        if args.json:
+            write_json_atomically(args.json, {**header, "within": args.within, "fits": fits, "rows": rows})
+    return 0
+
+
+def probe(coll, count):
+    """One reducing exchange of ``count`` float32 with the ring's neighbours, through the engine."""
+    right, left = (coll.rank + 1) % coll.size, (coll.rank - 1) % coll.size
+    steps = (sendrecv_reduce(right, ("input", 0, count), left, ("input", 0, count), ("output", 0, count)),)
+    return engine.bind(coll, steps, count, np.dtype(np.float32))
+
+
+def measure(comm, names, sizes, rounds):
+    """{size: {name: [seconds per call, one a round]}}, the probe (:data:`PROBE`) among the names;
+    every size and candidate in each round, the candidates' order rotated each round."""
+    coll = private_comm(comm).collective(np, "sum")
+    calls = {}
+    for size in sizes:
+        count = size // 4
+        x, y = np.ones(count, np.float32), np.empty(count, np.float32)
+        exchange = probe(coll, count) if comm.Get_size() > 1 else None
+        for name in names:  # a first call builds what an algorithm builds collectively (hier's nodes)
+            algorithms.allreduce(x, y, algorithm=name, comm=comm, check=False)
+        runners = {name: coll.runner(algorithms.ALGORITHMS[name], count, x.dtype) for name in names}
+        calls[size] = {PROBE: (lambda run=exchange: run(x, y)) if exchange else (lambda: None),
+                       **{name: (lambda run=run: run(x, y)) for name, run in runners.items()}}
+    samples = {size: {name: [] for name in calls[size]} for size in sizes}
+    for index in range(rounds):
+        for size in sizes:
+            iters = min(iterations_for(size), 500)
+            for name in round_order(list(calls[size]), index):
+                seconds, _ = time_calls(comm, calls[size][name], iters, min(50, iters))
+                samples[size][name].append(comm.allreduce(seconds, op=MPI.MAX))
+    return samples
+
+
+def price(nodes, names, sizes, samples):
+    """(each round's fit ``{"alpha_us", "beta_GBps"}``, the rows): each round's α and β from its
+    exchanges, and each plan (hier's on the ranks' ``nodes``) replayed on uniform links of those
+    at each size."""
+    n, rounds = len(nodes), len(samples[sizes[0]][PROBE])
+    fits, priced = [], {(size, name): [] for size in sizes for name in names}
+    for r in range(rounds):
+        times = np.array([samples[size][PROBE][r] for size in sizes])
+        slope, alpha = np.polyfit(np.array(sizes, dtype=float), times, 1) if len(sizes) > 1 else (0.0, times[0])
+        alpha, beta = max(alpha, 1e-9), 1.0 / slope if slope > 0 else 1e12
+        fits.append({"alpha_us": alpha * 1e6, "beta_GBps": beta / 1e9})
+        network = Network.uniform(n, beta / 1e9, alpha * 1e6, nodes=nodes, intra_GBps=beta / 1e9)
+        for size in sizes:
+            for name in names:
+                record = REGISTERED[name]
+                extra = () if record.plan_input is None else (record.plan_input(n, None, nodes),)
+                plan = [record.steps(n, k, size // 4, 4, *extra) for k in range(n)]
+                priced[size, name].append(replay(plan, 4, network).seconds)
+    rows = []
+    for size in sizes:
+        for name in names:
+            measured, model = samples[size][name], priced[size, name]
+            rows.append({"bytes": size, "algorithm": name, "measured_us": _us(median_interval(measured)),
+                         "priced_us": _us(median_interval(model)),
+                         "ratio": _plain(median_interval([a / b for a, b in zip(measured, model) if b > 0]))})
+    return fits, rows
+
+
+def lines(n, fits, rows, within):
+    alpha = median_interval([f["alpha_us"] for f in fits])
+    beta = median_interval([f["beta_GBps"] for f in fits])
+    out = [f"# plan-fit: {n} ranks; one reducing exchange through the engine, fitted each round: alpha "
+           f"{alpha.median:.2f} us [{alpha.low:.2f}, {alpha.high:.2f}], beta {beta.median:.2f} GB/s "
+           f"[{beta.low:.2f}, {beta.high:.2f}] (95% intervals over {len(fits)} rounds)",
+           f"# {'size':>8s}  {'algorithm':13s} {'measured us':>24s}  {'priced us':>9s}  "
+           f"{'measured/priced':>22s}  within {within:.0%}"]
+    for row in rows:
+        m, ratio = row["measured_us"], row["ratio"]
+        out.append(f"  {size_label(row['bytes']):>8s}  {row['algorithm']:13s} {m['median']:8.2f} "
+                   f"[{m['low']:6.2f}, {m['high']:6.2f}]  {row['priced_us']['median']:9.2f}  "
+                   f"{ratio['median']:6.2f} [{ratio['low']:5.2f}, {ratio['high']:5.2f}]  "
+                   f"{verdict(ratio, within)}")
+    return out
+
+
+def verdict(ratio, within):
+    """"met" where the ratio's interval lies within 1 ± ``within``, "missed" where it lies outside,
+    else "tie" (noise decides)."""
+    low, high = 1 - within, 1 + within
+    if low <= ratio["low"] and ratio["high"] <= high:
+        return "met"
+    if ratio["high"] < low or ratio["low"] > high:
+        return "missed"
+    return "tie"
+
+
+def _us(interval):
+    return {key: value * 1e6 for key, value in _plain(interval).items()}
+
+
+def _plain(interval):
+    return {"median": interval.median, "low": interval.low, "high": interval.high}
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
