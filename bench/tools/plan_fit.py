@@ -38,6 +38,7 @@ from ..formats.tables import size_label
 #: the algorithms written as plans that run without a bandwidth matrix
 FITTED = tuple(name for name, record in REGISTERED.items() if record.steps is not None and not record.wants_bandwidth())
 PROBE = "exchange"
+UNRESOLVED = 1000.0  # GB/s: β where a round's times did not grow with size (no bandwidth term to fit)
 
 
 def main(argv):
@@ -110,7 +111,7 @@ def price(nodes, names, sizes, samples):
     for r in range(rounds):
         times = np.array([samples[size][PROBE][r] for size in sizes])
         slope, alpha = np.polyfit(np.array(sizes, dtype=float), times, 1) if len(sizes) > 1 else (0.0, times[0])
-        alpha, beta = max(alpha, 1e-9), 1.0 / slope if slope > 0 else 1e12
+        alpha, beta = max(alpha, 1e-9), 1.0 / slope if slope > 0 else UNRESOLVED * 1e9
         fits.append({"alpha_us": alpha * 1e6, "beta_GBps": beta / 1e9})
         network = Network.uniform(n, beta / 1e9, alpha * 1e6, nodes=nodes, intra_GBps=beta / 1e9)
         for size in sizes:
@@ -132,9 +133,11 @@ def price(nodes, names, sizes, samples):
 def lines(n, fits, rows, within):
     alpha = median_interval([f["alpha_us"] for f in fits])
     beta = median_interval([f["beta_GBps"] for f in fits])
+    beta_text = (f"beta {beta.median:.2f} GB/s [{beta.low:.2f}, {beta.high:.2f}]" if beta.median < UNRESOLVED else
+                 f"beta unresolved (in most rounds the times did not grow with size; {UNRESOLVED:g} GB/s taken)")
     out = [f"# plan-fit: {n} ranks; one reducing exchange through the engine, fitted each round: alpha "
-           f"{alpha.median:.2f} us [{alpha.low:.2f}, {alpha.high:.2f}], beta {beta.median:.2f} GB/s "
-           f"[{beta.low:.2f}, {beta.high:.2f}] (95% intervals over {len(fits)} rounds)",
+           f"{alpha.median:.2f} us [{alpha.low:.2f}, {alpha.high:.2f}], {beta_text} (95% intervals over "
+           f"{len(fits)} rounds)",
            f"# {'size':>8s}  {'algorithm':13s} {'measured us':>24s}  {'priced us':>9s}  "
            f"{'measured/priced':>22s}  within {within:.0%}"]
     for row in rows:
