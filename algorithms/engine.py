@@ -29,7 +29,7 @@ def reduce_scatter(coll, build, src, partial, result, *args):
     """Run the reduce-scatter plan ``build(size, rank, count, itemsize, *args, where)``: ``where`` its
     partial sums go, ``"scratch"`` when ``partial`` is None, ``"input"`` when it is ``src`` (in place),
     else ``"partial"``."""
-    where = "scratch" if partial is None else "input" if same_memory(partial, src) else "partial"
+    where = "scratch" if partial is None else "input" if partial is src or same_memory(partial, src) else "partial"
     bound(coll, build, src.size, src.dtype, *args, where, names=REDUCE_SCATTER)(src, partial, result)
 
 
@@ -43,9 +43,9 @@ def bound(coll, build, count, dtype, *args, names=ALLREDUCE):
     recvbuf)``): :func:`bind` of the steps ``build(size, rank, count, itemsize, *args)`` makes for
     this rank, kept on ``coll`` per (``build``, count, dtype, ``args`` by identity, ``names``) and
     holding ``args``, so that their identity stays theirs."""
-    key = (build, count, dtype, names, *map(id, args))
+    key = (build, count, dtype, names, *map(id, args)) if args else (build, count, dtype, names)
     entry = coll.engines.get(key)
-    if entry is None or any(a is not b for a, b in zip(entry[0], args)):
+    if entry is None:  # (a kept entry holds its args, so the ids of live ones are theirs alone)
         steps = build(coll.size, coll.rank, count, dtype.itemsize, *args)
         entry = (args, bind(coll, steps, count, dtype, names))
         if len(coll.engines) >= 256:
@@ -57,6 +57,8 @@ def bound(coll, build, count, dtype, *args, names=ALLREDUCE):
 def bind(coll, steps, count, dtype, names=ALLREDUCE):
     """``run(*vectors)`` running ``steps`` (this rank's, of a plan for ``count`` elements of
     ``dtype``) on the vectors ``names`` names, in that order (``"scratch"`` is the workspace's)."""
+    if len(names) not in (1, 2, 3):
+        raise ValueError(f"a plan's run takes one to three vectors, not {names}")
     steps = sends_blocking(steps)
     handles = [None] * (1 + max((s.handle for s in steps), default=-1))
     # per step: (function, its arguments with slices as (vector, lo, hi), the handle it sets)
@@ -110,18 +112,32 @@ def bind(coll, steps, count, dtype, names=ALLREDUCE):
 
     if count * dtype.itemsize > VIEWS_KEPT_BYTES:
         return lambda *vectors: run_calls(calls(vectors))
-    last = [None, None, ()]  # the last vectors, and their calls
-    if len(names) != 2:
-        def run_small(*vectors):
-            if last[0] is None or any(a is not b for a, b in zip(vectors, last[0])):
-                last[:] = vectors, None, calls(vectors)
-            run_calls(last[2])
-        return run_small
+    last = [None, None, None, ()]  # the last vectors (up to three), and their calls
+    if len(names) == 1:
+        def run_one(whole):
+            if whole is not last[0]:
+                last[0], last[3] = whole, calls((whole,))
+            for function, args, handle in last[3]:
+                if handle < 0:
+                    function(*args)
+                else:
+                    handles[handle] = function(*args)
+        return run_one
+    if len(names) == 3:
+        def run_three(a, b, c):
+            if a is not last[0] or b is not last[1] or c is not last[2]:
+                last[:] = a, b, c, calls((a, b, c))
+            for function, args, handle in last[3]:
+                if handle < 0:
+                    function(*args)
+                else:
+                    handles[handle] = function(*args)
+        return run_three
 
     def run_two(sendbuf, recvbuf):
         if sendbuf is not last[0] or recvbuf is not last[1]:
-            last[:] = sendbuf, recvbuf, calls((sendbuf, recvbuf))
-        for function, args, handle in last[2]:
+            last[:] = sendbuf, recvbuf, None, calls((sendbuf, recvbuf))
+        for function, args, handle in last[3]:
             if handle < 0:
                 function(*args)
             else:
