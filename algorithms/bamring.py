@@ -17,7 +17,7 @@ from topology.rings import bottleneck_ring
 
 from . import ring
 from .algorithm import Algorithm
-from .plans import from_bandwidth
+from .from_bandwidth import from_bandwidth
 
 _NEEDS_BANDWIDTH = ("algorithm {name!r} finds its ring order from link bandwidths, and none was given: pass "
                     "bandwidth= (an S x S matrix in GB/s, or a file from 'python -m topology probe')")

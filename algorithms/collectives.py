@@ -15,7 +15,7 @@ from .arrays import array_module, check_vector, overlaps, same_memory
 from .executor import LAST_CALL, LAST_USED, private_comm
 from .dtypes import DTYPES
 from .ops import DTYPE_INDEX, FLOATING, OPS, check_op_dtype, dtype_index, op_index
-from .plans import tree_for
+from .from_bandwidth import tree_for
 from .registry import REGISTERED
 from .transports.registered import Registry
 

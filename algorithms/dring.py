@@ -38,7 +38,7 @@ from .algorithm import Algorithm
 from .bamring import RingOrder
 from .layout import chunk_offsets, segment_offsets
 from .plan import irecv, irecv_reduce, isend, wait
-from .plans import from_bandwidth
+from .from_bandwidth import from_bandwidth
 
 
 def _both_ways(matrix):

@@ -61,8 +61,8 @@ from . import tree as tree_executor
 from .algorithm import Algorithm
 from .executor import private_comm
 from .layout import SEGMENT_BYTES, chunk_offsets
-from .plan import copy, relabel, zero
-from .plans import from_bandwidth, matrix_key
+from .plan import copy, relabel, start_in, zero
+from .from_bandwidth import from_bandwidth, matrix_key
 from .settings import WIRE, setting
 
 __all__ = ["Layout", "Nodes", "Packing", "all_gather", "allreduce", "layout_of", "node_layout", "prepare",
@@ -177,11 +177,11 @@ def steps(size, rank, count, itemsize, nodes):
     local = members[node]
     n, i = len(local), local.index(rank)
     if size == 1 or count == 0:
-        return (copy(("input", 0, count), ("output", 0, count)),)
+        return (start_in(count),)
     pieces = max(len(ranks) for ranks in members)
     offsets = chunk_offsets(count, pieces)
     plan = list(_within_reduce_scatter(local, i, pieces, offsets, itemsize)) if n > 1 else \
-        [copy(("input", 0, count), ("output", 0, count))]
+        [start_in(count)]
     for piece in range(i, pieces, n) if len(members) > 1 else ():
         lo, hi = offsets[piece], offsets[piece + 1]
         if hi > lo:

@@ -104,6 +104,12 @@ def copy(send, into):
     return Step("copy", send=send, into=into)
 
 
+def start_in(count):
+    """The input copied into the output (nothing in place): the whole plan on one rank, and the
+    parameter server's root's first step."""
+    return copy(("input", 0, count), ("output", 0, count))
+
+
 def combine(acc, other, into):
     """``into = acc (op) other``, within the rank."""
     return Step("combine", acc=acc, send=other, into=into)

@@ -11,7 +11,7 @@ import numpy as np
 from . import engine
 from .algorithm import Algorithm
 from .layout import segment_offsets, segments
-from .plan import copy, recv, recv_reduce, send
+from .plan import recv, recv_reduce, send, start_in
 
 ROOT = 0
 
@@ -24,7 +24,7 @@ def steps(size, rank, count, itemsize):
     pieces = [(lo, hi) for lo, hi in zip(cuts, cuts[1:])]
     if rank != ROOT:
         return (*(send(ROOT, ("input", lo, hi)) for lo, hi in pieces), recv(ROOT, ("output", 0, count)))
-    plan = [copy(("input", 0, count), ("output", 0, count))]
+    plan = [start_in(count)]
     for lo, hi in pieces:
         plan += [recv_reduce(source, ("output", lo, hi), ("output", lo, hi)) for source in range(1, size)]
     plan += [send(dest, ("output", 0, count)) for dest in range(1, size)]

@@ -43,7 +43,7 @@ import numpy as np
 from . import engine
 from .algorithm import Algorithm
 from .layout import chunk_offsets, segment_offsets
-from .plan import copy, irecv, isend, recv, recv_reduce, send, sendrecv, sendrecv_reduce, wait
+from .plan import copy, irecv, isend, recv, recv_reduce, send, sendrecv, sendrecv_reduce, start_in, wait
 from .settings import setting
 
 
@@ -194,7 +194,7 @@ def allreduce_steps(size, rank, count, itemsize):
     steps (:func:`_halving`), the m doubling steps in reverse (:func:`_doubling`), and sends each
     member the result. Its partial sums are its input until it first reduces, then the output."""
     if size == 1:
-        return (copy(("input", 0, count), ("output", 0, count)),)
+        return (start_in(count),)
     core, members, rounds = _plan(count, itemsize, size, radix(size), rank, steps)
     segments = _segments(count, itemsize)
     if core is not None:
@@ -230,7 +230,7 @@ def reduce_scatter_steps(size, rank, count, itemsize, partial="scratch"):
     offsets = chunk_offsets(count, size)
     own = slice(offsets[rank], offsets[rank + 1])
     if size == 1:
-        return (copy(("input", 0, count), ("output", 0, count)),)
+        return (start_in(count),)
     core, members, rounds = _plan(count, itemsize, size, radix(size), rank, group_steps)
     segments = _segments(count, itemsize)
     if core is not None:

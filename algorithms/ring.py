@@ -28,7 +28,7 @@ import numpy as np
 from . import engine
 from .algorithm import Algorithm
 from .layout import chunk_offsets, segment_offsets
-from .plan import copy, sendrecv, sendrecv_reduce
+from .plan import sendrecv, sendrecv_reduce, start_in
 
 __all__ = ["chunk_offsets", "reduce_scatter", "all_gather", "allreduce"]
 
@@ -75,7 +75,7 @@ def steps(size, rank, count, itemsize, order=None):
     input at step 0 and from the output after, the left's partial reduced with this rank's input
     into the output) then its N-1 all-gather steps (``sendrecv`` of finished chunks)."""
     if size == 1:
-        return (copy(("input", 0, count), ("output", 0, count)),)
+        return (start_in(count),)
     _, _, right, left = _ring(size, rank, order)
     offsets = chunk_offsets(count, size)
     parts = _parts(offsets, itemsize)
@@ -99,7 +99,7 @@ def reduce_scatter_steps(size, rank, count, itemsize, order=None, partial="scrat
     pieces in turn: a step writes its partial while the last one is still being sent)."""
     offsets = chunk_offsets(count, size)
     if size == 1:
-        return (copy(("input", 0, count), ("output", 0, count)),)
+        return (start_in(count),)
     _, _, right, left = _ring(size, rank, order)
     parts, own = _parts(offsets, itemsize), offsets[rank]
     widest = -(-max(hi - lo for lo, hi in zip(offsets, offsets[1:])) // parts)

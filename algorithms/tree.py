@@ -24,8 +24,8 @@ A leaf sends straight from the send buffer, so nothing is copied first.
 from . import engine
 from .algorithm import Algorithm
 from .layout import SEGMENT_BYTES, chunk_offsets, segment_offsets
-from .plan import copy, isend, recv, recv_reduce, wait
-from .plans import tree_for
+from .plan import isend, recv, recv_reduce, start_in, wait
+from .from_bandwidth import tree_for
 
 
 def allreduce(coll, sendbuf, recvbuf, trees):
@@ -43,7 +43,7 @@ def steps(size, rank, count, itemsize, trees):
     shares = chunk_offsets(count, len(trees))
     roles = [_Role(rank, tree, shares[t], shares[t + 1], itemsize) for t, tree in enumerate(trees)]
     if all(role.parent < 0 and not role.children for role in roles):  # one rank
-        return (copy(("input", 0, count), ("output", 0, count)),)
+        return (start_in(count),)
     plan, handles, down = [], {}, []  # handles: (tree, segment) -> its send up's handle
 
     def named(key):

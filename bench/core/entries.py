@@ -10,7 +10,7 @@ from typing import Any, Optional
 import numpy as np
 
 import algorithms
-from algorithms.plans import tree_for
+from algorithms.from_bandwidth import tree_for
 
 from ..baselines import BASELINES
 

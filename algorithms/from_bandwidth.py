@@ -1,4 +1,5 @@
-"""Trees for the tree-based algorithms, built once per (method, bandwidth matrix) and cached.
+"""What the algorithms build from a bandwidth matrix (their trees, bamring's and dring's ring
+orders), built once per (builder, matrix) and cached.
 
 ``bandwidth`` is an S x S array-like, a ``topology.BandwidthMatrix`` or the
 path of a probe file; a file is re-read when it changes on disk. Building is
