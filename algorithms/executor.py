@@ -4,8 +4,9 @@ An algorithm is a function ``run(coll, sendbuf, recvbuf)`` that leaves the
 reduced vector in ``recvbuf`` (``recvbuf is sendbuf`` when in place); it talks
 only through ``coll.send``/``recv``/``sendrecv``/``isend``/``irecv`` and reduces only
 through ``coll.combine`` (or ``coll.sendrecv_combine``, both at once), so it works unchanged on
-NumPy and CuPy buffers. An algorithm whose steps repeat call for call may bind its exchanges to
-their shapes once (``coll.exchange``) and keep its steps per shape (``coll.plan``), as the ring does.
+NumPy and CuPy buffers. An algorithm written as a plan hands its steps to the engine
+(:mod:`.engine`), which binds them to this context once per shape (its exchanges through
+``coll.exchange``) and keeps them in ``coll.engines``.
 """
 
 import atexit
@@ -206,7 +207,6 @@ class Collective:
         self.sendrecv_combine = functools.partial(
             getattr(transport, "sendrecv_combine", None) or self._combine_from_scratch, combine=self.combine)
         self._exchanges = {}  # exchange(): bound exchanges by shape and peers
-        self._plans = {}  # plan(): algorithms' steps by shape
         self.engines = {}  # engine.bound(): plans bound to this context, by builder, shape and tree
 
     def exchange(self, dtype, send_count, dest, recv_count, source, reducing=False):
@@ -232,17 +232,6 @@ class Collective:
                 self._exchanges.clear()
             self._exchanges[key] = bound
         return bound
-
-    def plan(self, build, *shape):
-        """``build(self, *shape)``: an algorithm's steps bound to this context (its exchanges from
-        :meth:`exchange`), made once per ``build`` and shape and kept (at most 256)."""
-        key = (build, *shape)
-        steps = self._plans.get(key)
-        if steps is None:
-            if len(self._plans) >= 256:
-                self._plans.clear()
-            steps = self._plans[key] = build(self, *shape)
-        return steps
 
     def runner(self, algorithm, count, dtype, plan=None):
         """``runner(sendbuf, recvbuf)``: ``algorithm`` (an :class:`.algorithm.Algorithm`) on vectors

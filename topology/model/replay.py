@@ -105,8 +105,7 @@ def replay(ranks, itemsize, network):
         if index >= len(queue):
             return None
         message = queue[index]
-        arrival = message.arrival
-        end = max(clock[r], arrival)
+        end = max(clock[r], message.arrival)
         if step.kind in _REDUCES and memory_Bps is not None:
             end += message.nbytes / memory_Bps[r]
         return end
