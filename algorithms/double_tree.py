@@ -2,7 +2,7 @@
 algorithms for full bandwidth broadcast, reduction and scan", Parallel Computing 35, 2009).
 
 Two binary trees over the same ranks (:func:`topology.double_binary_trees`) each carry half
-of the vector, pipelined, at the same time (:func:`.tree.allreduce`). A rank that is an
+of the vector, pipelined, at the same time (:func:`.tree.steps`). A rank that is an
 inner node of one tree is a leaf of the other (for an even rank count), so every rank
 reduces and forwards about half the vector, where one tree leaves that all to its inner
 nodes: with 2 ranks one tree's root reduces the whole vector, and each of two trees' roots
