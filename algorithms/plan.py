@@ -10,8 +10,9 @@ docs/algorithms.md), so that another engine can run the same plan.
 
 A slice is ``(vector, lo, hi)``: elements ``[lo, hi)`` of ``"input"`` (the send buffer, read
 only unless the call is in place, when it is the output itself), ``"output"`` (the receive
-buffer) or ``"scratch"`` (the rank's workspace, as long as the plan's slices of it reach). The
-kinds of step:
+buffer: a reduce-scatter's chunk, an all-gather's whole vector), ``"partial"`` (the whole-length
+vector a reduce-scatter may keep its partial sums in) or ``"scratch"`` (the rank's workspace, as
+long as the plan's slices of it reach). The kinds of step:
 
 * ``isend``: start sending ``send`` to ``to``; the send is named ``handle`` for a later ``wait``;
 * ``wait``: wait until the sends and receives named in ``waits`` are complete;
@@ -36,7 +37,6 @@ Messages between two ranks match in the order they are posted, as MPI's do.
 from typing import NamedTuple
 
 FORMAT = "allreduce-plan/1"  # the JSON document's "format"
-VECTORS = ("input", "output", "scratch")
 KINDS = ("isend", "wait", "send", "recv", "recv_reduce", "irecv", "irecv_reduce", "sendrecv", "sendrecv_reduce",
          "copy", "combine", "zero")
 SENDING = frozenset({"isend", "send", "sendrecv", "sendrecv_reduce"})
