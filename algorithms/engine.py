@@ -117,31 +117,19 @@ def bind(coll, steps, count, dtype, names=ALLREDUCE):
         def run_one(whole):
             if whole is not last[0]:
                 last[0], last[3] = whole, calls((whole,))
-            for function, args, handle in last[3]:
-                if handle < 0:
-                    function(*args)
-                else:
-                    handles[handle] = function(*args)
+            run_calls(last[3])
         return run_one
     if len(names) == 3:
         def run_three(a, b, c):
             if a is not last[0] or b is not last[1] or c is not last[2]:
                 last[:] = a, b, c, calls((a, b, c))
-            for function, args, handle in last[3]:
-                if handle < 0:
-                    function(*args)
-                else:
-                    handles[handle] = function(*args)
+            run_calls(last[3])
         return run_three
 
     def run_two(sendbuf, recvbuf):
         if sendbuf is not last[0] or recvbuf is not last[1]:
             last[:] = sendbuf, recvbuf, None, calls((sendbuf, recvbuf))
-        for function, args, handle in last[3]:
-            if handle < 0:
-                function(*args)
-            else:
-                handles[handle] = function(*args)
+        run_calls(last[3])
     return run_two
 
 
