@@ -28,7 +28,7 @@ NODES_SCRIPT = os.path.join(ROOT, "tests", "scripts", "lab_nodes.py")
 RATE_TOLERANCE = 0.15
 SUITE_BYTES = 1 << 20  # the suite's lab runs: one size, 1 MiB (4 where the bound's tightness is judged),
 SUITE_RUN = ("--sizes", "1M", "--iters", "2", "--probe-bytes", "2M")  # 2 iterations, a 2 MiB probe: under a minute each
-BOUND_BYTES = 4 << 20  # twonodes: hier within 1.3x of the bound, where latencies weigh less
+BOUND_BYTES = 4 << 20  # twonodes: hier near the bound, where latencies weigh less
 
 
 def lab_cli(*args, tag, timeout=600, owner=None):
@@ -158,10 +158,14 @@ def test_two_nodes_of_two_ranks_probe_report_hier_and_the_model(tmp_path):
         assert [(m["nodes"], m["ranks"]) for m in record["not_judged"]] == [([0, 1], 4)], record["not_judged"]
     runs = {r["algorithm"]: r for r in record["runs"]}
     assert set(runs) == {"hier", "hier-bamtree", "ring", "tree", "ps"} and all(r["wrong"] == 0 for r in runs.values())
-    # the bound: M through each NIC, hier's own volume, which it comes close to (the bound is of
-    # the probed NIC, whose figure is a few percent off: hier measured 0.99x of it once)
+    # the bound: M through each NIC, hier's own volume; nothing beats it (the bound is of the probed
+    # NIC, whose figure is a few percent off: hier measured 0.99x of it once). How close hier comes
+    # is the model's claim (the NIC plus the phases within the nodes, about 1.1x the bound at 4 MiB),
+    # held to the lab's 20%: a fixed ratio to the bound would time the CPUs of the machine under test
     bound = record["lower_bound"][0]
-    assert bound["kind"] == "cut" and "node" in bound["detail"] and 0.95 <= runs["hier"]["x_bound"] < 1.3, (bound, runs)
+    assert bound["kind"] == "cut" and "node" in bound["detail"] and runs["hier"]["x_bound"] >= 0.95, (bound, runs)
+    assert runs["hier"]["predicted_us"] < 1.2 * bound["time_us"], (bound, runs["hier"])
+    assert abs(runs["hier"]["model_error"]) <= 0.20, runs["hier"]
     assert runs["hier"]["time_us"] < runs["ring"]["time_us"] and runs["hier"]["predicted_us"] < runs["ring"]["predicted_us"]
     # hier sends M through each NIC: at least M / (rate x goodput), the modelled lower end
     assert runs["hier"]["time_us"] >= BOUND_BYTES * 8 / (200e6 * network.GOODPUT) * 1e6 * 0.95

@@ -12,8 +12,6 @@ ranks); 1e-6 bounds it. bf16 keeps 8 significant bits, so one gradient rounded t
 updated parameter one unit in its last place (2^-8 of it) the other way: 2^-6, four such
 units, bounds it."""
 
-import os
-import time
 
 import numpy as np
 import pytest
@@ -174,15 +172,12 @@ def test_close_stops_the_thread_and_a_closed_state_refuses():
         art.allreduce_hook(state, Bucket())
 
 
-def test_the_hook_costs_little_over_a_bare_all_reduce():
-    """The hook's own work per bucket (the Future, the record; the view is kept) on a one-rank
-    communicator, where nothing moves: the hook against algorithms.allreduce of the same 256 KiB
-    vector, the least of 5 rounds of 2000 calls each. About 10 us (1-4% of a 1-32 MiB bucket's
-    all-reduce on 2 ranks of one node); 25 us bounds it where the job's ranks have a core each (with
-    more ranks than cores, as every rank runs this at once, the rounds are time-sliced: a functional
-    check only, as the suite's other oversubscribed runs)."""
+def test_the_hook_records_each_bucket_and_keeps_its_view():
+    """The hook's own work per bucket on a one-rank communicator, where nothing moves: each call
+    leaves one record, and the NumPy view of a bucket is made once and kept while DDP hands over
+    the same memory. What that work costs over a bare all-reduce is measured by ``bench train``
+    (``hook_over_bare``, a paired ratio with its interval, per bucket size), not timed here."""
     tensor = torch.zeros(1 << 16)
-    view = art.as_numpy(tensor)
     state = art.HookState(algorithm="ring", comm=MPI.COMM_SELF)
 
     class Bucket:
@@ -192,19 +187,10 @@ def test_the_hook_costs_little_over_a_bare_all_reduce():
         def index(self):
             return 0
     bucket = Bucket()
-
-    def least(call, calls=2000):
-        best = float("inf")
-        for _ in range(5):
-            start = time.perf_counter()
-            for _ in range(calls):
-                call()
-            best = min(best, (time.perf_counter() - start) / calls)
-        return best
-    hook = least(lambda: art.allreduce_hook(state, bucket).wait())
-    bare = least(lambda: algorithms.allreduce(view, view, op="avg", algorithm="ring", comm=MPI.COMM_SELF))
-    if MPI.COMM_WORLD.Get_size() <= (os.cpu_count() or 1):
-        assert hook - bare < 25e-6, (hook, bare)
-    assert len(state.take()) == 10000
+    for _ in range(10):
+        tensor.fill_(3.0)
+        art.allreduce_hook(state, bucket).wait()
+        assert torch.all(tensor == 3.0)  # the average over one rank
+    assert len(state.take()) == 10
     kept = state.view_of(bucket)[1]  # one view per bucket, kept while DDP hands over the same memory
     assert kept is state.view_of(bucket)[1] and kept.ctypes.data == tensor.data_ptr()
