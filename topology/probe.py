@@ -31,10 +31,9 @@ whose latency is that far above its row's, is measured :data:`RETRIES` more time
 and the median of its measurements kept. The machines under the ranks and their cores
 (:func:`machines`) are stored in ``measured["machines"]``: where ranks outnumber their
 machine's cores, their shared-memory figures are noise, and the health report says so instead
-of judging them. A bandwidth above what the hosts' own memory
-copies reach (:func:`copy_bandwidth`, one lone copy per host: no message moves faster than
-a copy of it; where one seems to, the copies are timed again, since a busy core cuts a
-best-of figure) is impossible: it is stored as that copy bandwidth, flagged in
+of judging them. A bandwidth above what the hosts' own memory copies reach (:func:`copy_bandwidth`,
+one lone copy per host, timed again where a link seems faster, as a busy core cuts a best-of
+figure: no message moves faster than a copy of it) is impossible: it is stored as that copy bandwidth, flagged in
 ``measured["flagged"]`` and said on stderr. The checks against the reverse direction and
 the row compare like with like: the links between nodes among themselves (the leaders'
 K x K matrix), and each node's links within it among themselves.
