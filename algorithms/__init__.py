@@ -38,12 +38,12 @@ from .collectives import ALGORITHMS, HALVES  # noqa: E402 (MPI starts with this 
 from .collectives import (PersistentAllreduce, all_gather, alloc_registered, allreduce, allreduce_init,  # noqa: E402
                           free_registered, reduce_scatter, transport_in_use)
 from .costs import cost_model  # noqa: E402
-from .executor import WORKSPACE
+from .runtime.executor import WORKSPACE
 from .dtypes import DTYPES, TYPES
 from .ops import OPS
 from .algorithm import Algorithm
-from .ring import chunk_offsets
-from .transports.mpi import mpi_is_cuda_aware
+from .catalog.ring import chunk_offsets
+from .runtime.transports.mpi import mpi_is_cuda_aware
 
 
 def free_workspace():

@@ -29,7 +29,7 @@ from topology.probe import node_numbers
 from .algorithm import Algorithm
 from .costs import SCHEDULES_OF, cost_model
 from .dtypes import LOW_PRECISION
-from .executor import private_comm
+from .runtime.executor import private_comm
 from .ops import is_floating
 from .registry import REGISTERED
 from .settings import setting

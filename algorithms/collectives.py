@@ -9,15 +9,16 @@ rank instead of hanging. ``check`` itself must be the same on all ranks.
 import numpy as np
 from mpi4py import MPI
 
-from . import auto, ring
-from .agreement import FIELDS, agree
+from . import auto
+from .catalog import ring
+from .runtime.agreement import FIELDS, agree
 from .arrays import array_module, check_vector, overlaps, same_memory
-from .executor import LAST_CALL, LAST_USED, private_comm
+from .runtime.executor import LAST_CALL, LAST_USED, private_comm
 from .dtypes import DTYPES
 from .ops import DTYPE_INDEX, FLOATING, OPS, check_op_dtype, dtype_index, op_index
 from .from_bandwidth import tree_for
 from .registry import REGISTERED
-from .transports.registered import Registry
+from .runtime.transports.registered import Registry
 
 _KINDS = ("allreduce", "reduce_scatter", "all_gather")
 #: every name ``algorithm=`` takes -> its :class:`.algorithm.Algorithm`: the registry's, and ``auto``,

@@ -9,7 +9,7 @@ native MPI's has none. :func:`cost_model` hands those of one collective to a
 
 from topology.model import Model
 
-from .hier import ACROSS
+from .catalog.hier import ACROSS
 from .registry import REGISTERED
 
 COLLECTIVES = ("allreduce", "reduce_scatter", "all_gather")
@@ -25,7 +25,7 @@ def cost_model(links, ports="capacity", across="ring", collective="allreduce"):
     """A :class:`topology.model.Model` of every algorithm in :data:`SCHEDULES_OF` ``[collective]``
     on ``links``: a :class:`topology.BandwidthMatrix` (a probe file's) or a
     :class:`topology.model.Network`. ``ports`` as :class:`topology.model.Model` takes them;
-    ``across``: hier's all-reduce between the nodes, one of :data:`algorithms.hier.ACROSS`."""
+    ``across``: hier's all-reduce between the nodes, one of :data:`algorithms.catalog.hier.ACROSS`."""
     if across not in ACROSS:
         raise ValueError(f"hier across {across!r}: choices {', '.join(ACROSS)}")
     if collective not in SCHEDULES_OF:

@@ -7,7 +7,7 @@ it), the cost model (:mod:`.costs`), the benchmark's ``--algo`` and its tools re
 takes, these and ``auto``.
 """
 
-from . import bamring, double_tree, dring, hier, native, oneshot, ps, rabenseifner, recursive_doubling, ring, tree, twoshot
+from .catalog import bamring, double_tree, dring, hier, native, oneshot, ps, rabenseifner, recursive_doubling, ring, tree, twoshot
 
 #: name -> :class:`.algorithm.Algorithm`, in the order the benchmark lists them
 REGISTERED = {algorithm.name: algorithm for algorithm in (

@@ -1,7 +1,7 @@
 """A plan run symbolically, to check it without MPI: every element of every vector holds the set of
 ranks whose inputs are summed in it (a bit mask), and a count of how often each was added.
 
-The run follows the rules a plan states (algorithms/plan.py): a message is what its slice held
+The run follows the rules a plan states (algorithms/runtime/plan.py): a message is what its slice held
 when it was posted; a slice being sent (an ``isend`` not yet waited for) is not written, and a
 slice being received into (an ``irecv`` not yet waited for) neither read nor written, nor its
 ``acc`` written; messages between two ranks match the receives in the order both were posted,

@@ -404,7 +404,7 @@ def test_compare_unreadable_log(tmp_path):
 
 def test_model_reproduces_the_seed_and_reads_a_probe(tmp_path):
     from algorithms.costs import cost_model
-    from algorithms.layout import SEGMENT_BYTES
+    from algorithms.runtime.layout import SEGMENT_BYTES
     from bench.tools.model import ring_worked_example
     from topology import seed_example, uniform
 
@@ -773,7 +773,7 @@ def test_page_backing_agrees_with_the_kernels_page_flags():
     for each page; a 4 KiB-page vector holds none; the THP setting read from its file."""
     import mmap
 
-    from algorithms.transports.pages import thp_mode
+    from algorithms.runtime.transports.pages import thp_mode
     from bench.core.pages import huge_page_share, small_page_vector
 
     huge = 2 << 20
@@ -800,7 +800,7 @@ def test_page_backing_agrees_with_the_kernels_page_flags():
 
 
 def test_thp_setting_is_the_bracketed_word(tmp_path):
-    from algorithms.transports.pages import thp_mode
+    from algorithms.runtime.transports.pages import thp_mode
 
     setting = tmp_path / "enabled"
     setting.write_text("always [madvise] never\n")

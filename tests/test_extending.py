@@ -16,8 +16,9 @@ from conftest import ROOT, mpiexec
 
 TRIVIAL_ALGORITHM = '''"""A trivial all-reduce, for the test of the registry: recursive doubling's plan under another name."""
 
-from . import engine, recursive_doubling
-from .algorithm import Algorithm
+from . import recursive_doubling
+from ..algorithm import Algorithm
+from ..runtime import engine
 
 
 def steps(size, rank, count, itemsize):
@@ -73,9 +74,9 @@ def run(code, args, ranks=None, timeout=120):
 
 def test_an_algorithm_is_one_module_and_one_registry_line(tmp_path):
     code = copy_of_the_code(tmp_path)
-    (code / "algorithms" / "trivial.py").write_text(TRIVIAL_ALGORITHM)
+    (code / "algorithms" / "catalog" / "trivial.py").write_text(TRIVIAL_ALGORITHM)
     registry = code / "algorithms" / "registry.py"
-    add_line(registry, "from . import", "from . import trivial")
+    add_line(registry, "from .catalog import", "from .catalog import trivial")
     add_line(registry, "REGISTERED = {", '    trivial.ALGORITHM,')
     assert "trivial" not in run(ROOT, ["-m", "bench", "--help"])  # the original does not know it
     assert re.search(r"comma list of [a-z,]*\btrivial\b", " ".join(run(code, ["-m", "bench", "--help"]).split()))

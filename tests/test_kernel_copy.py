@@ -1,4 +1,4 @@
-"""The kernel's copies between processes (algorithms.transports.kernel_copy), in one process:
+"""The kernel's copies between processes (algorithms.runtime.transports.kernel_copy), in one process:
 a read and a write against its own memory, as another rank would make them, checked against
 NumPy's copy; a copy the kernel refuses raises with the process and the reason."""
 
@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from algorithms.transports import kernel_copy
+from algorithms.runtime.transports import kernel_copy
 
 
 def test_read_and_write_move_the_bytes():

@@ -27,7 +27,7 @@ def rows_of(text):
 
 
 def segments(m):
-    from algorithms.layout import SEGMENT_BYTES
+    from algorithms.runtime.layout import SEGMENT_BYTES
 
     return max(1, math.ceil(m / SEGMENT_BYTES))
 
@@ -142,7 +142,7 @@ def models():
 
 def scheduled_tree(tree, m):
     """A pipelined tree on uniform links, every rank a node whose port is BETA, step by step as
-    algorithms.tree runs it (a rank of height h sends segment i - h up at step i, a parent at
+    algorithms.catalog.tree runs it (a rank of height h sends segment i - h up at step i, a parent at
     depth d segment i - H - d down): each step alpha + (the most transfers through one port) s/beta."""
     count = segments(m)
     s = m / count

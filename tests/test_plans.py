@@ -1,4 +1,4 @@
-"""Plans (algorithms/plan.py) checked without MPI: each algorithm written as a plan, run
+"""Plans (algorithms/runtime/plan.py) checked without MPI: each algorithm written as a plan, run
 symbolically at 1-9 ranks on even, uneven and segmented counts, in and out of place, sums
 every rank's input into every output element exactly once without writing a slice in flight or
 counting on buffering (tests/plan_check.py); the replay prices plans at the α-β closed forms
@@ -14,8 +14,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from algorithms import plan
-from algorithms.layout import SEGMENT_BYTES
+from algorithms.runtime import plan
+from algorithms.runtime.layout import SEGMENT_BYTES
 from algorithms.costs import cost_model
 from algorithms.registry import REGISTERED
 from bench.tools.plan import PLANNED
@@ -226,7 +226,7 @@ def test_rabenseifner_plan_at_every_radix(k, monkeypatch):
 def test_half_plans(module, collective, n):
     """The halves as plans: the reduce-scatter with its partial sums in place, in a vector of the
     caller's and in scratch; the all-gather; the rings around the ranks' order and a shuffled one."""
-    halves = importlib.import_module(f"algorithms.{module}")
+    halves = importlib.import_module(f"algorithms.catalog.{module}")
     orders = (None, tuple(np.random.default_rng(n).permutation(n).tolist()))
     if module == "dring":  # it takes its order as bamring's record of one
         orders = (None, SimpleNamespace(order=orders[1]))
@@ -246,7 +246,7 @@ def test_half_plans(module, collective, n):
 
 @pytest.mark.parametrize("n", RANKS)
 def test_bruck_all_gather_plan(n):
-    from algorithms import bruck
+    from algorithms.catalog import bruck
     for count in (0, 1, n - 1, n + 1, 37, 1001):
         ranks = [bruck.all_gather_steps(n, r, count, 4) for r in range(n)]
         run_symbolically(ranks, count, collective="all_gather")
@@ -255,7 +255,7 @@ def test_bruck_all_gather_plan(n):
 
 @pytest.mark.parametrize("k", [3, 4])
 def test_rabenseifner_half_plans_at_a_higher_radix(k, monkeypatch):
-    from algorithms import rabenseifner
+    from algorithms.catalog import rabenseifner
     monkeypatch.setenv("ALLREDUCE_RADIX", str(k))
     for n in RANKS:
         for count in (0, 1, n + 1, 37):
@@ -271,7 +271,7 @@ def test_rabenseifner_half_plans_at_a_higher_radix(k, monkeypatch):
 def test_hier_plan_on_uneven_nodes(nodes, monkeypatch):
     """hier's plan of plans on nodes of every shape: interleaved, of different sizes (the last
     round padded), one rank each, one node; rings across, and the matched tree; and its halves."""
-    from algorithms import hier
+    from algorithms.catalog import hier
     n = len(nodes)
     for across in ("ring", "bamtree"):
         monkeypatch.setenv("ALLREDUCE_HIER_ACROSS", across)

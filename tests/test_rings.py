@@ -153,7 +153,7 @@ def test_dring_takes_the_ring_whose_slower_directions_are_fastest():
     """One direction of a link slow (3 -> 2): the ring may use its fast direction (2 -> 3), the
     double ring, which uses both, must avoid the pair. Its order is the bottleneck ring over
     min(B, B^T), and the model times it on fast links only."""
-    from algorithms import dring
+    from algorithms.catalog import dring
     from algorithms.costs import cost_model
 
     n, m = 6, 64e6

@@ -95,7 +95,7 @@ def test_a_window_that_tmpfs_cannot_back_is_an_error_not_sigbus(tmp_path):
     failure is an error on every rank (here the check is skipped and 16 MiB a rank asked of 8)."""
     script = tmp_path / "touch.py"
     script.write_text(
-        "from mpi4py import MPI\nimport algorithms\nfrom algorithms.transports.shared_windows import allocate_touched\n"
+        "from mpi4py import MPI\nimport algorithms\nfrom algorithms.runtime.transports.shared_windows import allocate_touched\n"
         "world = MPI.COMM_WORLD\nnode = world.Split_type(MPI.COMM_TYPE_SHARED)\n"
         "said = []\ntry:\n    allocate_touched(world, node, 16 << 20, 1, 'a test window')\n"
         "except MemoryError as exc:\n    said.append(f'rank {world.rank}: {exc}')\n"

@@ -131,7 +131,7 @@ class LibraryBaseline(Baseline):
         return None
 
     def lacks(self, name, dtype):
-        from algorithms.native import no_mpi_type  # once MPI runs (module docstring)
+        from algorithms.catalog.native import no_mpi_type  # once MPI runs (module docstring)
 
         return no_mpi_type(dtype)
 

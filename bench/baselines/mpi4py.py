@@ -17,7 +17,7 @@ class Mpi4pyBaseline(LibraryBaseline):
 
     def runner(self, spec, name, comm, op):
         from algorithms.device import settle_for  # once MPI runs (bench.baselines.base)
-        from algorithms.transports.mpi import mpi_is_cuda_aware
+        from algorithms.runtime.transports.mpi import mpi_is_cuda_aware
 
         run = spec.run_mpi(comm, op)
         if not mpi_is_cuda_aware():  # host buffers only: nothing queued on a device

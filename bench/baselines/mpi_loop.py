@@ -50,7 +50,7 @@ class CompiledLoop:
         from mpi4py import MPI  # once MPI runs (bench.baselines.base)
 
         from algorithms.device import settle_for
-        from algorithms.native import MPI_OPS
+        from algorithms.catalog.native import MPI_OPS
 
         kind, size, function, seconds = KINDS[spec.name], comm.Get_size(), self.function, self.seconds
         comm_handle, op_handle = comm.py2f(), MPI_OPS.get(op, MPI.OP_NULL).py2f()

@@ -11,7 +11,7 @@ import numpy as np
 from mpi4py import MPI
 
 import algorithms
-from algorithms.native import MPI_OPS
+from algorithms.catalog.native import MPI_OPS
 
 from .check import check_expected, check_fill
 

@@ -10,7 +10,7 @@ import numpy
 from mpi4py import MPI
 
 from algorithms.ops import kernels
-from algorithms.transports.pages import thp_mode
+from algorithms.runtime.transports.pages import thp_mode
 from plumbing.ending import thread_level_name
 from plumbing.shm import free_bytes, mib, total_bytes
 from topology.probe import node_numbers
@@ -54,7 +54,7 @@ def shm_text():
 def describe():
     """A dict for results files: host, CPU, cores, Python, MPI library, commit, the settings
     that matter (environment; transparent huge pages, which set the speed of MPI's kernel copy:
-    `algorithms.transports.pages`; the size of /dev/shm, which holds the shared windows; the kernel
+    `algorithms.runtime.transports.pages`; the size of /dev/shm, which holds the shared windows; the kernel
     that reduces each dtype on the CPU: `algorithms.ops.kernels`)."""
     return {
         "host": socket.gethostname(),

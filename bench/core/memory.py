@@ -18,8 +18,8 @@ import os
 
 from mpi4py import MPI
 
-from algorithms.transports.registered import REGISTERED_FIX
-from algorithms.transports.shared_windows import check_room, whole_pages
+from algorithms.runtime.transports.registered import REGISTERED_FIX
+from algorithms.runtime.transports.shared_windows import check_room, whole_pages
 
 VECTORS_PER_RANK = 7
 REGISTERED_COPIES = 5

@@ -12,7 +12,7 @@ import numpy as np
 from mpi4py import MPI
 
 import algorithms
-from algorithms.hier import layout_of
+from algorithms.catalog.hier import layout_of
 from algorithms.device import lacks as device_lacks
 from algorithms.dtypes import BY_NAME, TYPES
 from algorithms.ops import is_floating

@@ -9,7 +9,7 @@ more; many other allocators (PyTorch's CPU allocator by default) do not, and a m
 THP setting is ``never`` gives none. :mod:`bench.tools.perf` therefore reports the share of its
 plain vectors in huge pages, and times native and ring once more on vectors held in 4 KiB
 pages (:func:`small_page_vector`). The share comes from ``/proc/self/smaps``, which every
-Linux kernel has, not from :class:`algorithms.transports.pages.PageProbe` (Linux 6.7+); the tests check
+Linux kernel has, not from :class:`algorithms.runtime.transports.pages.PageProbe` (Linux 6.7+); the tests check
 the probe against it, and it against the kernel's per-page flags.
 """
 

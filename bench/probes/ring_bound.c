@@ -5,7 +5,7 @@
  * Two processes (fork), each with its own input x and output y of S bytes (or, for the
  * "shared" variants, vectors in one shared mapping, like algorithms.alloc_registered). Each
  * rank reduces its half in pieces of P bytes and the other rank's reduced half reaches it,
- * as in the 2-rank ring (algorithms/ring.py). The variants differ in what NumPy cannot do:
+ * as in the 2-rank ring (algorithms/catalog/ring.py). The variants differ in what NumPy cannot do:
  * non-temporal stores (which skip the read for ownership of each destination line) and fused
  * kernels (a piece reduced in L2 and streamed out). Private vectors can only cross between
  * processes through the kernel (CMA: process_vm_readv/writev, as MPICH does) or through

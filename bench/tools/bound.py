@@ -36,7 +36,7 @@ VARIANTS = {  # name in the probe's output: what it does (each rank, its half, p
     "cma_stream": "private: as cma_plain, with non-temporal stores into y and the all-gather through L2",
     "cma_push": "private: CMA of the peer's piece, added in L2, streamed into y and written into the peer's y by CMA",
     "slots_stream": "private: each piece copied into a shared slot, reduced into a second slot, streamed from "
-                    "there into both ranks' y (the slots of algorithms.transports.shared_memory, with non-temporal stores)",
+                    "there into both ranks' y (the slots of algorithms.runtime.transports.shared_memory, with non-temporal stores)",
     "shared_plain": "shared (registered) vectors: both inputs added into y, then copied into the peer's y, "
                     "ordinary stores: the registered ring's data path",
     "shared_fused": "shared vectors: both inputs added in L2, streamed into both ranks' y: a copy's traffic",

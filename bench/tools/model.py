@@ -15,7 +15,7 @@ transfer's rate is its max-min fair share of its link, of the egress port (NIC) 
 node and the ingress port of the receiver's node (transfers between two ranks of one node
 use no port), and of the up- and down-links of the racks it leaves and enters; a phase
 takes alpha x (messages on the link) + bytes/rate of its slowest transfer. M is the bytes
-per rank, N the ranks, S = ceil(M / segment) segments of s = M/S bytes (algorithms.layout).
+per rank, N the ranks, S = ceil(M / segment) segments of s = M/S bytes (algorithms.runtime.layout).
 Each algorithm's schedule, and its closed form on uniform links (alpha, beta, every rank a
 node whose port is beta), is its own (the ``schedule`` of its module in algorithms/), listed
 below the options.
@@ -40,7 +40,7 @@ import textwrap
 
 import algorithms
 from algorithms.costs import SCHEDULES, SCHEDULES_OF, cost_model
-from algorithms.hier import ACROSS
+from algorithms.catalog.hier import ACROSS
 from topology import BandwidthMatrix
 from topology.model import HalfBound, LowerBound, Network
 from topology.rings import ring_bottleneck
@@ -232,7 +232,7 @@ def notes(model, algos, largest=None, collective="allreduce"):
         lines.append(f"bamring: {where}, slowest link {significant(found.bottleneck_GBps)} GB/s"
                      + ("" if found.exact else f", {found.gap:.1%} below the bound {significant(found.bound_GBps)}"))
     if "dring" in algos and model.network.has_matrix and model.n > 2:
-        found = algorithms.dring.model_ring(model)
+        found = algorithms.catalog.dring.model_ring(model)
         order = [int(r) for r in found.order]
         where = "the ranks' own order" if order == list(range(model.n)) else \
             "order " + " ".join(map(str, order[:16])) + (f" ... ({model.n} ranks)" if model.n > 16 else "")

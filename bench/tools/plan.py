@@ -1,7 +1,7 @@
 """``python -m bench plan --algo tree -n 8``: an algorithm's plan, each rank's steps in order, with
 what the cost model prices each step at; ``-J FILE`` writes the plan as JSON (docs/algorithms.md#plans).
 
-The plan is what the engine runs (``algorithms/plan.py``): for each rank, whom it sends which
+The plan is what the engine runs (``algorithms/runtime/plan.py``): for each rank, whom it sends which
 slice of which vector to, and what it receives and reduces. The price of a step is how long it
 keeps its rank in a replay of every rank's steps on the links (``topology/model/replay.py``):
 uniform links of ``--alpha-us`` and ``--beta-GBps``, or the links of a probe file (``--topology``,
@@ -12,7 +12,7 @@ import sys
 
 from algorithms.registry import REGISTERED
 from algorithms.dtypes import BY_NAME
-from algorithms.plan import as_json, elements, text
+from algorithms.runtime.plan import as_json, elements, text
 from plumbing.files import check_writable, write_json_atomically
 from topology import BandwidthMatrix
 from topology.model import Network

@@ -2,7 +2,7 @@
 cost model prices its plan at, from the time of one message measured through the same engine.
 
 Each round times, at every size, one reducing exchange with the ring's neighbours run by the
-plans' engine (``algorithms/engine.py``, the step the ring takes N-1 times), then every
+plans' engine (``algorithms/runtime/engine.py``, the step the ring takes N-1 times), then every
 algorithm through the same engine (each algorithm's bound call, without the entry point's
 checks), the candidates in an order rotated each round. A straight line through that round's
 exchange times, α + m/β by least squares over the sizes, gives the links of a uniform network
@@ -19,9 +19,9 @@ import numpy as np
 from mpi4py import MPI
 
 import algorithms
-from algorithms import engine
-from algorithms.executor import private_comm
-from algorithms.plan import sendrecv_reduce
+from algorithms.runtime import engine
+from algorithms.runtime.executor import private_comm
+from algorithms.runtime.plan import sendrecv_reduce
 from algorithms.registry import REGISTERED
 from plumbing.files import check_writable, write_json_atomically
 from topology.model import Network

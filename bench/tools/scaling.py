@@ -46,7 +46,7 @@ import sys
 import numpy as np
 
 from algorithms.costs import cost_model
-from algorithms.hier import ACROSS
+from algorithms.catalog.hier import ACROSS
 from topology.model import Network
 
 from ..core.cli import Parser, add_network_flags

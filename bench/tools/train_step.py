@@ -187,7 +187,7 @@ class Run:
         :func:`algorithms.torch.allreduce_hook` on the same tensor (the hook's own cost is the
         difference). In place, as the hook and DDP reduce, on memory from PyTorch's allocator,
         made once: a transport may route a message by the pages it lies in
-        (:mod:`algorithms.transports.pages`), and NumPy's own large arrays get huge pages where
+        (:mod:`algorithms.runtime.transports.pages`), and NumPy's own large arrays get huge pages where
         PyTorch's need not."""
         if not self.spec.reduces:
             return dict.fromkeys(sizes, 0.0), dict.fromkeys(sizes, 0.0), dict.fromkeys(sizes)

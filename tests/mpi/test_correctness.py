@@ -14,9 +14,9 @@ from conftest import LARGE_COUNT, counts_for, native_reference, numpy_reference,
 from mpi4py import MPI
 
 import algorithms
-from algorithms import tree as tree_executor
+from algorithms.catalog import tree as tree_executor
 from algorithms.ops import LOW_PRECISION, is_floating
-from algorithms.executor import private_comm
+from algorithms.runtime.executor import private_comm
 from topology import Tree, binomial_tree
 
 pytestmark = pytest.mark.mpi
@@ -374,7 +374,7 @@ class CountingTransport:
 
 
 #: what oneshot and twoshot run on device buffers, which their ``received`` describes (on NumPy
-#: buffers they read the node's boxes instead: algorithms/posted.py)
+#: buffers they read the node's boxes instead: algorithms/runtime/posted.py)
 ON_THE_DEVICE = {"oneshot": "rd", "twoshot": "ring"}
 
 
@@ -382,8 +382,8 @@ def test_received_bytes_are_what_each_algorithm_declares(comm):
     """The bytes all ranks receive in one all-reduce (on the MPI transport, counted at every
     receive) are the reduced and copied bytes each algorithm's record declares: the messages
     behind its one-GPU bound (docs/gpu.md)."""
-    from algorithms.executor import WORKSPACE
-    from algorithms.transports.mpi import DirectTransport
+    from algorithms.runtime.executor import WORKSPACE
+    from algorithms.runtime.transports.mpi import DirectTransport
 
     fresh = comm.Dup()
     try:

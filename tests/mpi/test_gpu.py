@@ -16,7 +16,7 @@ from mpi4py import MPI
 
 import algorithms
 from algorithms.device import lacks
-from algorithms.executor import private_comm
+from algorithms.runtime.executor import private_comm
 from algorithms.ops import is_floating
 
 cupy = pytest.importorskip("cupy")
@@ -172,7 +172,7 @@ def test_ipc_memory_is_freed_only_after_every_peer_closed_its_mapping(comm):
     rank 1 began (and closed its mapping of rank 0's memory); CUDA makes freeing an exported
     allocation while a peer maps it undefined. Before the fix each rank freed at once. No CPU test
     sees it: host slots are an MPI window, freed collectively by MPI."""
-    from algorithms.transports.cuda_ipc import DeviceSlots
+    from algorithms.runtime.transports.cuda_ipc import DeviceSlots
 
     if comm.size < 2:
         pytest.skip("needs two ranks")
@@ -197,7 +197,7 @@ def test_peer_mappings_are_on_this_ranks_device(comm):
     checks no peer access on the kernels that read it. Asked, CUDA names the peer's device for a
     peer mapping: with one GPU per rank, before the fix, CuPy refused or checked. No CPU test sees
     it: host slots are NumPy arrays."""
-    from algorithms.transports.cuda_ipc import DeviceSlots
+    from algorithms.runtime.transports.cuda_ipc import DeviceSlots
 
     use_local_gpu(comm)
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)

@@ -16,8 +16,8 @@ from conftest import native_reference, numpy_reference, rank_input, wrong_elemen
 from mpi4py import MPI
 
 import algorithms
-from algorithms import executor
-from algorithms.hier import layout_of, owners
+from algorithms.runtime import executor
+from algorithms.catalog.hier import layout_of, owners
 from algorithms.ops import LOW_PRECISION, is_floating
 from topology import binomial_tree, random_heterogeneous
 

@@ -17,11 +17,11 @@ from conftest import counts_for, numpy_reference, options, rank_input, wrong_ele
 from mpi4py import MPI
 
 import algorithms
-from algorithms.executor import WORKSPACE, Private
-from algorithms.transports.mpi import DirectTransport
-from algorithms.transports.registered import Registry
-from algorithms.transports.shared_memory import SharedMemoryTransport
-from algorithms.transports.shm_window import VIA_MPI
+from algorithms.runtime.executor import WORKSPACE, Private
+from algorithms.runtime.transports.mpi import DirectTransport
+from algorithms.runtime.transports.registered import Registry
+from algorithms.runtime.transports.shared_memory import SharedMemoryTransport
+from algorithms.runtime.transports.shm_window import VIA_MPI
 
 pytestmark = pytest.mark.mpi
 
@@ -318,7 +318,7 @@ def test_bad_registration_calls_raise_on_every_rank(comm):
 
 def test_the_bench_drivers_R_places_buffers_in_registered_vectors(comm):
     """``python -m bench -R 1`` runs on registered copies of its inputs, freed afterwards."""
-    from algorithms.executor import private_comm
+    from algorithms.runtime.executor import private_comm
     from bench.core.sweep import placed
 
     registry = private_comm(comm).resource("registered", Registry)

@@ -16,10 +16,10 @@ import pytest
 from mpi4py import MPI
 
 from algorithms import settings
-from algorithms.executor import WORKSPACE, Private
-from algorithms.transports.mpi import DirectTransport, StagedTransport
-from algorithms.transports.shared_memory import SharedMemoryTransport
-from algorithms.transports.shm_window import SLOTS
+from algorithms.runtime.executor import WORKSPACE, Private
+from algorithms.runtime.transports.mpi import DirectTransport, StagedTransport
+from algorithms.runtime.transports.shared_memory import SharedMemoryTransport
+from algorithms.runtime.transports.shm_window import SLOTS
 
 pytestmark = pytest.mark.mpi
 
@@ -264,7 +264,7 @@ def test_a_large_message_goes_by_the_senders_pages(comm, monkeypatch, by_pages):
     piece per slot), one from huge pages through MPI (one posted label), when the kernel can
     tell them apart (PAGEMAP_SCAN); otherwise both go through MPI unannounced. Sent back to
     back, nonblocking, both arrive whole."""
-    from algorithms.transports.pages import PageProbe, thp_mode
+    from algorithms.runtime.transports.pages import PageProbe, thp_mode
     from bench.core.pages import small_page_vector
 
     probe = PageProbe()
@@ -334,9 +334,9 @@ def test_a_setting_on_one_rank_alone_raises_on_every_rank(comm, monkeypatch, var
 
 
 def test_pages_are_probed_from_the_kernel():
-    """algorithms.transports.pages against bench.core.pages (from /proc/self/smaps): a 4 KiB-page vector holds
+    """algorithms.runtime.transports.pages against bench.core.pages (from /proc/self/smaps): a 4 KiB-page vector holds
     no huge page, a huge-page one is all huge, sub-ranges and single pages included."""
-    from algorithms.transports.pages import PageProbe
+    from algorithms.runtime.transports.pages import PageProbe
     from bench.core.pages import small_page_vector
 
     probe = PageProbe()

@@ -12,7 +12,7 @@ import pytest
 from conftest import numpy_reference, rank_input, wrong_elements
 
 import algorithms
-from algorithms.executor import private_comm
+from algorithms.runtime.executor import private_comm
 
 pytestmark = pytest.mark.mpi
 
@@ -33,7 +33,7 @@ def dup(comm, monkeypatch, request):
 
 
 def one_node(comm):
-    return private_comm(comm).resource("twoshot", algorithms.twoshot.TwoShotWindow).usable
+    return private_comm(comm).resource("twoshot", algorithms.catalog.twoshot.TwoShotWindow).usable
 
 
 @pytest.mark.parametrize("count", [0, 1, 1009, 5000, 20011])
@@ -93,7 +93,7 @@ def test_long_plain_vectors_go_through_the_kernel(dup):
     rank, size, count = dup.Get_rank(), dup.Get_size(), 5 * BOX // 4 + 3
     boxes = private_comm(dup).resources["twoshot"]
     if boxes.pids is None:
-        assert "copies vectors over one box through its boxes" in algorithms.twoshot.ALGORITHM.describe(private_comm(dup), "shm")
+        assert "copies vectors over one box through its boxes" in algorithms.catalog.twoshot.ALGORITHM.describe(private_comm(dup), "shm")
         pytest.skip(boxes.detail)
     expected = numpy_reference("float32", "sum", count, size)
     for in_place in (False, True):

@@ -168,7 +168,7 @@ class Model:
         return float(np.minimum(up, down).min()) / 1e9
 
     def pipelined(self, key, forests, share, segment_bytes):
-        """Pipelined trees as ``algorithms/tree.py`` runs them, step by step: each of
+        """Pipelined trees as ``algorithms/catalog/tree.py`` runs them, step by step: each of
         ``forests`` (arrays of (parent, child) rows: a tree, or disjoint trees) carries ``share``
         bytes in S = ceil(share / ``segment_bytes``) segments of s bytes; at step i a rank of
         height h sends segment i - h up and a parent at depth d segment i - H - d down to each

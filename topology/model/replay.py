@@ -1,6 +1,6 @@
 """A plan's time: its steps replayed on the links of a network, message by message.
 
-A plan (``algorithms/plan.py``) is each rank's steps in order; this module knows no algorithm
+A plan (``algorithms/runtime/plan.py``) is each rank's steps in order; this module knows no algorithm
 and reads only the steps: each has a ``kind``, the peers ``to`` and ``source``, slices
 ``send``/``acc``/``into`` of ``(vector, lo, hi)`` elements, and the names ``handle``/``waits``
 of nonblocking sends and receives. Each rank keeps a clock; a message of n bytes from a to b

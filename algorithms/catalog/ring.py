@@ -25,10 +25,10 @@ all-gather. Every element is still reduced in the same order.
 
 import numpy as np
 
-from . import engine
-from .algorithm import Algorithm
-from .layout import chunk_offsets, segment_offsets
-from .plan import sendrecv, sendrecv_reduce, start_in
+from ..runtime import engine
+from ..algorithm import Algorithm
+from ..runtime.layout import chunk_offsets, segment_offsets
+from ..runtime.plan import sendrecv, sendrecv_reduce, start_in
 
 __all__ = ["chunk_offsets", "reduce_scatter", "all_gather", "allreduce"]
 

@@ -16,9 +16,10 @@ import numpy as np
 
 from topology import double_binary_trees
 
-from . import engine, tree
-from .algorithm import Algorithm
-from .layout import SEGMENT_BYTES
+from ..runtime import engine
+from . import tree
+from ..algorithm import Algorithm
+from ..runtime.layout import SEGMENT_BYTES
 
 
 @functools.lru_cache(maxsize=16)

@@ -10,7 +10,7 @@ second collective gathers the details so the message can name the ranks.
 import numpy as np
 from mpi4py import MPI
 
-from .settings import rank_list
+from ..settings import rank_list
 
 #: The fields ranks must agree on, in wire order.
 FIELDS = ("collective", "count", "dtype", "op", "algorithm", "tree")

@@ -1,7 +1,7 @@
 """What PyTorch's hooks into our collectives share: CPU tensors viewed as NumPy vectors without a
 copy (:func:`as_numpy`, :func:`as_bytes`) and the one communication thread overlapped collectives
 run on (:class:`CommThread`). Used by the DDP hook (:mod:`algorithms.torch`) and FSDP2's comms
-(:mod:`algorithms.torch_fsdp`); it needs PyTorch."""
+(:mod:`algorithms.torch.fsdp`); it needs PyTorch."""
 
 import queue
 import threading

@@ -32,8 +32,8 @@ import os
 import numpy as np
 from mpi4py import MPI
 
-from ..arrays import data_pointer, is_device
-from ..settings import setting, size_text
+from ...arrays import data_pointer, is_device
+from ...settings import setting, size_text
 from .mpi import TAG
 from .pages import PageProbe, thp_mode
 from .registered import Registry

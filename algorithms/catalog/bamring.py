@@ -16,8 +16,8 @@ import numpy as np
 from topology.rings import bottleneck_ring
 
 from . import ring
-from .algorithm import Algorithm
-from .from_bandwidth import from_bandwidth
+from ..algorithm import Algorithm
+from ..from_bandwidth import from_bandwidth
 
 _NEEDS_BANDWIDTH = ("algorithm {name!r} finds its ring order from link bandwidths, and none was given: pass "
                     "bandwidth= (an S x S matrix in GB/s, or a file from 'python -m topology probe')")

@@ -56,14 +56,15 @@ from mpi4py import MPI
 
 from topology import BandwidthMatrix, build_tree
 
-from . import engine, ring
+from ..runtime import engine
+from . import ring
 from . import tree as tree_executor
-from .algorithm import Algorithm
-from .executor import private_comm
-from .layout import SEGMENT_BYTES, chunk_offsets
-from .plan import copy, relabel, start_in, zero
-from .from_bandwidth import from_bandwidth, matrix_key
-from .settings import WIRE, setting
+from ..algorithm import Algorithm
+from ..runtime.executor import private_comm
+from ..runtime.layout import SEGMENT_BYTES, chunk_offsets
+from ..runtime.plan import copy, relabel, start_in, zero
+from ..from_bandwidth import from_bandwidth, matrix_key
+from ..settings import WIRE, setting
 
 __all__ = ["Layout", "Nodes", "Packing", "all_gather", "allreduce", "layout_of", "node_layout", "prepare",
            "reduce_scatter", "steps"]

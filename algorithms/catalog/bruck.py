@@ -16,9 +16,9 @@ import functools
 
 import numpy as np
 
-from . import engine
-from .layout import chunk_offsets
-from .plan import irecv, isend, sendrecv, wait
+from ..runtime import engine
+from ..runtime.layout import chunk_offsets
+from ..runtime.plan import irecv, isend, sendrecv, wait
 
 
 def _ranges(offsets, first, blocks):

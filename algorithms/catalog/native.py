@@ -12,10 +12,10 @@ import functools
 import numpy as np
 from mpi4py import MPI
 
-from .algorithm import Algorithm
-from .device import steps
-from .dtypes import LOW_PRECISION
-from .transports.mpi import mpi_is_cuda_aware
+from ..algorithm import Algorithm
+from ..device import steps
+from ..dtypes import LOW_PRECISION
+from ..runtime.transports.mpi import mpi_is_cuda_aware
 
 #: our op -> MPI's (MPI has no average: avg is a sum the caller divides); the suite's one map of them
 MPI_OPS = {"sum": MPI.SUM, "avg": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}

@@ -11,7 +11,7 @@ while it is still in cache and trees can pipeline. ``ALLREDUCE_SEGMENT_BYTES``
 
 import functools
 
-from .settings import setting_at_import
+from ..settings import setting_at_import
 
 SEGMENT_BYTES = setting_at_import("ALLREDUCE_SEGMENT_BYTES")
 

@@ -15,8 +15,8 @@ reducing and bound forms), so an algorithm never knows which carries it.
 
 from plumbing.shm import SHM_FIX, ShmTooSmall
 
-from ..arrays import is_device
-from ..settings import setting
+from ...arrays import is_device
+from ...settings import setting
 from .cuda_ipc import IpcUnavailable
 from .mpi import DirectTransport, StagedTransport, mpi_is_cuda_aware
 from .shared_memory import SharedMemoryTransport

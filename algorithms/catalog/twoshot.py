@@ -63,13 +63,13 @@ import math
 import numpy as np
 
 from . import ring
-from .layout import chunk_offsets
-from .posted import ROUND_MESSAGES, all_to_all, on_window, over_boxes
-from .settings import setting
-from .transports import kernel_copy
-from .transports.boxes import Boxes, wait_all
-from .transports.registered import decode, encode
-from .transports.shm_window import LINE
+from ..runtime.layout import chunk_offsets
+from ..runtime.posted import ROUND_MESSAGES, all_to_all, on_window, over_boxes
+from ..settings import setting
+from ..runtime.transports import kernel_copy
+from ..runtime.transports.boxes import Boxes, wait_all
+from ..runtime.transports.registered import decode, encode
+from ..runtime.transports.shm_window import LINE
 
 SOURCE, RESULT, WHOLE = 1, 2, 3  # header words after the counter: where the piece and the result lie
 # (0: in the box), and whether both of this rank's vectors are registered to their ends

@@ -13,7 +13,7 @@ import functools
 
 import numpy as np
 
-from .algorithm import Algorithm
+from ..algorithm import Algorithm
 
 #: a round's start-up in messages: one counter written and polled in shared memory, no message
 #: (bench perf, 8 B on 2 ranks: oneshot 2.06 us, rd's one message 3.57 us)

@@ -66,7 +66,7 @@ per bucket (:meth:`HookState.view_of`); its own work, the Future and the record,
 
 FSDP2 (``fully_shard``) moves its parameters and gradients by all-gathers and reduce-scatters
 instead: ``art.shard_with(model, algorithm="ring")`` runs them through ours
-(:mod:`algorithms.torch_fsdp`, whose names this module re-exports: :class:`AllGather`,
+(:mod:`algorithms.torch.fsdp`, whose names this module re-exports: :class:`AllGather`,
 :class:`ReduceScatter`, :class:`CommCall`, :func:`shard_with`, :func:`exposed_seconds`).
 """
 
@@ -78,8 +78,8 @@ except ImportError as exc:  # pragma: no cover - without torch the module is unu
     raise ImportError(f"algorithms.torch needs PyTorch (pip install -e '.[gloo]'): {exc}") from exc
 from mpi4py import MPI
 
-from .collectives import ALGORITHMS, allreduce
-from .torch_shared import CommThread, _perf_counter, as_numpy  # noqa: F401 (as_numpy: part of this module's API)
+from ..collectives import ALGORITHMS, allreduce
+from .shared import CommThread, _perf_counter, as_numpy  # noqa: F401 (as_numpy: part of this module's API)
 
 @dataclass
 class BucketCall:
@@ -216,15 +216,3 @@ def overlap_reached(calls):
         return 0.0
     exposed = max(c.finished for c in calls) - max(c.called for c in calls)
     return min(max(1 - exposed / busy, 0.0), 1.0)
-
-
-#: FSDP2's comms (:mod:`algorithms.torch_fsdp`), imported on first use: importing FSDP costs DDP users a second
-_FSDP_NAMES = ("AllGather", "ReduceScatter", "CommCall", "shard_with", "exposed_seconds")
-
-
-def __getattr__(name):
-    if name in _FSDP_NAMES:
-        from . import torch_fsdp
-
-        return getattr(torch_fsdp, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,7 +12,7 @@ mapping of it (``cudaIpcCloseMemHandle``), so freeing is close, a barrier over t
 
 from plumbing.ending import raise_together
 
-from ..device import steps
+from ...device import steps
 
 
 class IpcUnavailable(RuntimeError):

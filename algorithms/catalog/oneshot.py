@@ -27,9 +27,9 @@ import math
 import numpy as np
 
 from . import recursive_doubling
-from .posted import ROUND_MESSAGES, all_to_all, over_boxes
-from .settings import setting
-from .transports.boxes import Boxes, wait
+from ..runtime.posted import ROUND_MESSAGES, all_to_all, over_boxes
+from ..settings import setting
+from ..runtime.transports.boxes import Boxes, wait
 
 
 class OneShotWindow(Boxes):

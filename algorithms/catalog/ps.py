@@ -8,10 +8,10 @@ segments (:func:`layout.segment_offsets`); the root reduces each as it arrives
 
 import numpy as np
 
-from . import engine
-from .algorithm import Algorithm
-from .layout import segment_offsets, segments
-from .plan import recv, recv_reduce, send, start_in
+from ..runtime import engine
+from ..algorithm import Algorithm
+from ..runtime.layout import segment_offsets, segments
+from ..runtime.plan import recv, recv_reduce, send, start_in
 
 ROOT = 0
 

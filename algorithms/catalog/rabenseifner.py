@@ -40,11 +40,11 @@ import functools
 
 import numpy as np
 
-from . import engine
-from .algorithm import Algorithm
-from .layout import chunk_offsets, segment_offsets
-from .plan import copy, irecv, isend, recv, recv_reduce, send, sendrecv, sendrecv_reduce, start_in, wait
-from .settings import setting
+from ..runtime import engine
+from ..algorithm import Algorithm
+from ..runtime.layout import chunk_offsets, segment_offsets
+from ..runtime.plan import copy, irecv, isend, recv, recv_reduce, send, sendrecv, sendrecv_reduce, start_in, wait
+from ..settings import setting
 
 
 def radix(n):

@@ -21,9 +21,9 @@ from mpi4py import MPI
 
 from plumbing.shm import ShmTooSmall
 
-from ..arrays import is_device
-from ..device import steps
-from ..settings import setting, size_text
+from ...arrays import is_device
+from ...device import steps
+from ...settings import setting, size_text
 from .cuda_ipc import DeviceSlots
 from .registered import decode, encode
 from .shared_windows import allocate_shared

@@ -21,11 +21,11 @@ one step's messages in the same order (tree by tree), as MPI's ordering needs.
 A leaf sends straight from the send buffer, so nothing is copied first.
 """
 
-from . import engine
-from .algorithm import Algorithm
-from .layout import SEGMENT_BYTES, chunk_offsets, segment_offsets
-from .plan import isend, recv, recv_reduce, start_in, wait
-from .from_bandwidth import tree_for
+from ..runtime import engine
+from ..algorithm import Algorithm
+from ..runtime.layout import SEGMENT_BYTES, chunk_offsets, segment_offsets
+from ..runtime.plan import isend, recv, recv_reduce, start_in, wait
+from ..from_bandwidth import tree_for
 
 
 def allreduce(coll, sendbuf, recvbuf, trees):

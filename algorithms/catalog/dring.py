@@ -33,12 +33,13 @@ import numpy as np
 from topology import BandwidthMatrix
 from topology.rings import bottleneck_ring
 
-from . import engine, ring
-from .algorithm import Algorithm
+from ..runtime import engine
+from . import ring
+from ..algorithm import Algorithm
 from .bamring import RingOrder
-from .layout import chunk_offsets, segment_offsets
-from .plan import irecv, irecv_reduce, isend, wait
-from .from_bandwidth import from_bandwidth
+from ..runtime.layout import chunk_offsets, segment_offsets
+from ..runtime.plan import irecv, irecv_reduce, isend, wait
+from ..from_bandwidth import from_bandwidth
 
 
 def _both_ways(matrix):

@@ -8,7 +8,7 @@ up to :data:`VIEWS_KEPT_BYTES`, the slices of the last call's vectors are kept a
 the call gets those same vectors, so a small call runs its steps and nothing else.
 """
 
-from .arrays import same_memory
+from ..arrays import same_memory
 from .plan import scratch_length, sends_blocking
 
 VIEWS_KEPT_BYTES = 64 << 10

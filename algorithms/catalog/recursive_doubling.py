@@ -24,10 +24,11 @@ import functools
 
 import numpy as np
 
-from . import bruck, engine
-from .algorithm import Algorithm
-from .layout import segment_offsets
-from .plan import combine, recv, send, sendrecv, start_in
+from . import bruck
+from ..runtime import engine
+from ..algorithm import Algorithm
+from ..runtime.layout import segment_offsets
+from ..runtime.plan import combine, recv, send, sendrecv, start_in
 
 
 @functools.lru_cache(maxsize=256)

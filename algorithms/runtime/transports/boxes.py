@@ -26,7 +26,7 @@ from mpi4py import MPI
 
 from plumbing.shm import ShmTooSmall
 
-from ..settings import setting
+from ...settings import setting
 from .shared_windows import allocate_shared, warn_once
 from .shm_window import LINE, SPINS_BEFORE_YIELD
 

@@ -11,7 +11,7 @@ included, and the reduction happens in the array module, never inside MPI.
   stream discipline of :mod:`algorithms.device`, which says once what waits for what.
 
 The shared-memory transport for host buffers is in :mod:`.shared_memory`;
-:func:`algorithms.transports.build_transport` picks one. ``ALLREDUCE_CUDA_AWARE=0|1``
+:func:`algorithms.runtime.transports.build_transport` picks one. ``ALLREDUCE_CUDA_AWARE=0|1``
 overrides the detection of CUDA-awareness.
 """
 
@@ -21,9 +21,9 @@ import functools
 import numpy as np
 from mpi4py import MPI
 
-from ..arrays import is_device
-from ..device import steps
-from ..settings import setting, size_text
+from ...arrays import is_device
+from ...device import steps
+from ...settings import setting, size_text
 
 TAG = 7  # every collective runs on a private duplicate communicator, so one tag suffices
 

@@ -13,9 +13,9 @@
 is ``MPI.COMM_WORLD``, whose ranks must be the FSDP group's (checked at each call). FSDP still
 needs its process group (gloo) for its own bookkeeping; the parameters and gradients travel here.
 They take contiguous CPU tensors as NumPy views of the same memory: the all-gather moves any
-dtype's bytes (:func:`algorithms.torch_shared.as_bytes`; FSDP all-gathers ``uint8`` where a
+dtype's bytes (:func:`algorithms.torch.shared.as_bytes`; FSDP all-gathers ``uint8`` where a
 unit's shards mix dtypes: frozen parameters of another dtype beside the trained ones), the
-reduce-scatter sums float32, bfloat16, float16 and float64 (:func:`algorithms.torch_shared.as_numpy`;
+reduce-scatter sums float32, bfloat16, float16 and float64 (:func:`algorithms.torch.shared.as_numpy`;
 another dtype raises ``TypeError``).
 
 How FSDP2 calls them (PyTorch 2.13, CPU), N ranks:
@@ -43,7 +43,7 @@ How FSDP2 calls them (PyTorch 2.13, CPU), N ranks:
 
 Synchronous (``overlap=False``): each collective runs in the call, which returns None (a
 completed ``Work`` where ``async_op=True``). Overlapped (``overlap=True``): every call goes to
-one communication thread (:class:`algorithms.torch_shared.CommThread`, shared by all the overlapped
+one communication thread (:class:`algorithms.torch.shared.CommThread`, shared by all the overlapped
 objects of this process: MPI sees one thread, in the calls' order, the same on every rank,
 so it must run at ``MPI.THREAD_SERIALIZED`` or above, checked); an ``async_op=True`` all-gather
 returns at once a ``Work`` whose ``wait()`` blocks until it finished (and raises what it
@@ -73,8 +73,8 @@ from torch.distributed.fsdp import FSDPModule
 from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather as _FsdpAllGather
 from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter as _FsdpReduceScatter
 
-from .collectives import HALVES, all_gather, reduce_scatter
-from .torch_shared import CommThread, _perf_counter, as_bytes, as_numpy
+from ..collectives import HALVES, all_gather, reduce_scatter
+from .shared import CommThread, _perf_counter, as_bytes, as_numpy
 
 _RedOp = dist.ReduceOp.RedOpType
 #: torch's reduce op -> ours (PREMUL_SUM: a sum of the inputs times its factor)

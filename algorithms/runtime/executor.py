@@ -15,10 +15,10 @@ import sys
 
 from mpi4py import MPI
 
-from .arrays import same_memory
-from .device import steps
-from .ops import combiner, divider
-from .settings import agree_settings
+from ..arrays import same_memory
+from ..device import steps
+from ..ops import combiner, divider
+from ..settings import agree_settings
 from .transports import build_transport
 
 
