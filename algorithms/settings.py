@@ -146,6 +146,10 @@ WIRE = {
     "ALLREDUCE_TUNING_FILE": Path(),
     # long bfloat16 vectors' add, multiply and divide (auto: PyTorch's where installed; algorithms.ops):
     # the same bits either way, but a rank alone on another kernel would time at its own speed
+    # which engine runs a plan (auto: the compiled one up to ALLREDUCE_COMPILED_BYTES where the node's
+    # shared memory is the transport; algorithms/runtime/compiled.py)
+    "ALLREDUCE_ENGINE": Choice("auto", ("auto", "python", "compiled")),
+    "ALLREDUCE_COMPILED_BYTES": Size(64 * KIB),
     "ALLREDUCE_BF16_KERNEL": Kernel("auto", ("auto", "torch", "ml_dtypes"), needs=(("torch", "torch"),)),
 }
 

@@ -292,7 +292,7 @@ SETTINGS = {"ALLREDUCE_TRANSPORT": "direct", "ALLREDUCE_CUDA_AWARE": "1", "ALLRE
             "ALLREDUCE_HIER_ACROSS": "bamtree", "ALLREDUCE_ONESHOT_BYTES": "4096", "ALLREDUCE_TWOSHOT_BYTES": "4096",
             "ALLREDUCE_KERNEL_COPY": "0",
             "ALLREDUCE_RADIX": "3", "ALLREDUCE_TUNING_FILE": "results/tuning-elsewhere-3r.json",
-            "ALLREDUCE_BF16_KERNEL": "ml_dtypes"}
+            "ALLREDUCE_BF16_KERNEL": "ml_dtypes", "ALLREDUCE_ENGINE": "python", "ALLREDUCE_COMPILED_BYTES": "4096"}
 
 
 def test_every_wire_setting_is_listed_here():

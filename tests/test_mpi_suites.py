@@ -46,6 +46,12 @@ def test_correctness_suite(ranks, tmp_path):
     run_suite(ranks, "tests/mpi/test_correctness.py", tmp_path, timeout=420)
 
 
+@pytest.mark.parametrize("ranks", [1, 2, 3, 5, 8])
+def test_compiled_engine_suite(ranks, tmp_path):
+    """The compiled engine against the Python engine, bit for bit (tests/mpi/test_compiled.py)."""
+    run_suite(ranks, "tests/mpi/test_compiled.py", tmp_path, timeout=300)
+
+
 @pytest.mark.parametrize("ranks", [1, 2, 3])
 def test_auto_suite(ranks, tmp_path):
     run_suite(ranks, "tests/mpi/test_auto.py", tmp_path, timeout=180)

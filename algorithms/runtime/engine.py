@@ -9,6 +9,7 @@ the call gets those same vectors, so a small call runs its steps and nothing els
 """
 
 from ..arrays import same_memory
+from . import compiled
 from .plan import scratch_length, sends_blocking
 
 VIEWS_KEPT_BYTES = 64 << 10
@@ -47,7 +48,10 @@ def bound(coll, build, count, dtype, *args, names=ALLREDUCE):
     entry = coll.engines.get(key)
     if entry is None:  # (a kept entry holds its args, so the ids of live ones are theirs alone)
         steps = build(coll.size, coll.rank, count, dtype.itemsize, *args)
-        entry = (args, bind(coll, steps, count, dtype, names))
+        if compiled.chosen(coll, count * dtype.itemsize):
+            entry = (args, compiled.bind(coll, steps, count, dtype, names, VIEWS_KEPT_BYTES))
+        else:
+            entry = (args, bind(coll, steps, count, dtype, names))
         if len(coll.engines) >= 256:
             coll.engines.clear()
         coll.engines[key] = entry

@@ -1,0 +1,178 @@
+"""The compiled engine: a rank's whole plan (:mod:`.plan`) run in one call of C
+(``compiled_engine.c``, built with the package as an optional extension), within a node, over
+channels in memory the node's ranks share; the C file states the channels, the order messages
+keep and the arithmetic (the same bits as the Python engine's ufuncs). It interprets plans: it
+knows no algorithm.
+
+Which engine runs a call (``ALLREDUCE_ENGINE``, agreed on by every rank): ``python`` the Python
+engine (:mod:`.engine`) always; ``compiled`` this one wherever it can run; ``auto`` (the default)
+this one for vectors up to ``ALLREDUCE_COMPILED_BYTES`` where the node's shared memory is the
+transport. It can run where every rank of the communicator shares one node, the vectors are
+NumPy's, and every rank has the extension (an install without a C compiler has none and runs the
+Python engine: :func:`note` says why). Each side of the choice is the same on every rank, so
+every rank runs the same engine.
+"""
+
+import numpy as np
+from mpi4py import MPI
+
+from plumbing.shm import ShmTooSmall
+
+from ..dtypes import DTYPES
+from ..settings import setting
+from .plan import scratch_length
+from .transports.shared_memory import SharedMemoryTransport
+from .transports.shared_windows import allocate_shared
+
+try:
+    from . import _compiled_engine
+    MISSING = None
+except ImportError as exc:  # built without a C compiler: the Python engine runs every plan
+    _compiled_engine, MISSING = None, f"the compiled engine was not built ({exc})"
+
+KINDS = ("isend", "wait", "send", "recv", "recv_reduce", "irecv", "irecv_reduce", "sendrecv", "sendrecv_reduce",
+         "copy", "combine", "zero")  # the C file's step kinds, in its order
+VECTORS = ("input", "output", "partial", "scratch")  # the C file's vectors, in its order
+OPS = {"sum": 0, "avg": 0, "prod": 1, "max": 2, "min": 3}  # avg: a sum, divided after the plan
+#: the C file's element types, in its order; the two 8-bit floats reduce by a table
+TYPE_CODES = {dtype: code for code, dtype in enumerate(DTYPES[:12])}
+TABLED = frozenset(DTYPES[12:])
+SLOT_BYTES, DEPTH = 8 << 10, 4  # a channel's slots (fewer bytes where many ranks share the node)
+CHANNELS_BYTES = 16 << 20  # at most this much for all the node's channels
+SPINS = 64  # polls before a wait gives its core away
+LINE = 64
+_TABLES = {}
+
+
+def table(dtype, op):
+    """The 256 x 256 table of ``a (op) b`` for an 8-bit float, filled by ml_dtypes' own ufunc."""
+    key = (dtype, op)
+    if key not in _TABLES:
+        words = np.arange(256, dtype=np.uint8)
+        a, b = (words.view(dtype)[:, None], words.view(dtype)[None, :])
+        ufunc = {"sum": np.add, "avg": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}[op]
+        with np.errstate(all="ignore"):  # inf - inf and the like: NaN, as the ufunc makes it in a call
+            _TABLES[key] = np.ascontiguousarray(ufunc(a, b).astype(dtype)).view(np.uint8).ravel()
+    return _TABLES[key]
+
+
+class Channels:
+    """The node's channels (collective to build): for every ordered pair of ranks a head, a tail
+    and ``depth`` slots of ``slot`` bytes, in one window of shared memory; ``usable`` the same on
+    every rank, ``note`` why not where it is not."""
+
+    def __init__(self, comm):
+        size = comm.Get_size()
+        node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        self.win, self.note = None, None
+        try:
+            together = node.Get_size() == size
+            everywhere = comm.allreduce(0 if MISSING else 1, op=MPI.MIN) == 1
+            self.note = MISSING if not everywhere else None if together else "the ranks span nodes"
+            if self.note is None:
+                per_pair = min(SLOT_BYTES, CHANNELS_BYTES // (size * size * DEPTH) // LINE * LINE)
+                self.slot = max(LINE, per_pair)
+                self.stride = 2 * LINE + DEPTH * self.slot
+                nbytes = size * size * self.stride
+                try:
+                    self.win = allocate_shared(comm, node, nbytes if comm.Get_rank() == 0 else 0, LINE,
+                                               "the compiled engine's channels")
+                except ShmTooSmall as exc:
+                    self.note = f"no shared memory for its channels ({exc.short})"
+            if self.win is not None:
+                memory = self.win.Shared_query(0)[0]
+                self.address = MPI.Get_address(memory)
+                if comm.Get_rank() == 0:
+                    np.frombuffer(memory, np.uint8)[:] = 0
+                comm.Barrier()
+        finally:
+            node.Free()
+        self.usable = self.win is not None
+        self.size, self.rank = size, comm.Get_rank()
+
+    def free(self):
+        if self.win is not None:
+            self.win.Free()
+            self.win = None
+            self.usable = False
+
+
+def channels(coll):
+    """The communicator's :class:`Channels`, built on first use (collective)."""
+    return coll.private.resource("compiled-engine", Channels)
+
+
+def chosen(coll, nbytes):
+    """Whether the compiled engine runs a plan of ``nbytes`` vectors on ``coll`` (collective on
+    the first call of a communicator: it builds the channels)."""
+    engine = setting("ALLREDUCE_ENGINE")
+    if engine == "python" or coll.xp is not np:
+        return False
+    if engine == "auto" and (nbytes > setting("ALLREDUCE_COMPILED_BYTES")
+                             or not isinstance(coll.transport, SharedMemoryTransport)):
+        return False
+    return channels(coll).usable
+
+
+def program(coll, steps, count, dtype):
+    """The bytes the C engine runs: its header, each step's words, then the waits' handles."""
+    place = channels(coll)
+    itemsize = dtype.itemsize
+    handles = 1 + max((s.handle for s in steps), default=-1)
+    scratch = coll.scratch(dtype, scratch_length(steps), "engine")
+    tabled = table(dtype, coll.op) if dtype in TABLED and coll.op is not None else None  # None: an all-gather
+    words, waits = [], []
+
+    def piece(slice_):
+        if not slice_:
+            return [0, 0, 0]
+        vector, lo, hi = slice_
+        return [VECTORS.index(vector), lo * itemsize, (hi - lo) * itemsize]
+
+    for step in steps:
+        send, acc, into = piece(step.send), piece(step.acc), piece(step.into)
+        if step.kind == "wait":
+            send = [0, len(waits), len(step.waits)]
+            waits += step.waits
+        words.append([KINDS.index(step.kind), step.to, step.source, *send, *acc[:2], *into, step.handle])
+    header = [place.size, place.rank, place.address, place.slot, DEPTH, place.stride,
+              TYPE_CODES.get(dtype, len(TYPE_CODES)), OPS.get(coll.op, 0),
+              0 if tabled is None else tabled.__array_interface__["data"][0],
+              scratch.__array_interface__["data"][0], len(steps), handles, SPINS, len(waits)]
+    assert len(header) == _compiled_engine.HEADER_WORDS
+    flat = np.array(header + [w for step in words for w in step] + waits, dtype=np.int64)
+    return flat.tobytes(), (scratch, tabled)  # the second keeps the memory the header points to
+
+
+def bind(coll, steps, count, dtype, names, kept_bytes):
+    """``run(*vectors)`` running ``steps`` through the C engine on the vectors ``names`` names
+    (as :func:`.engine.bind`); the addresses of the last call's vectors are kept while the calls
+    get those same vectors, up to ``kept_bytes``."""
+    code, keep = program(coll, steps, count, dtype)
+    run = _compiled_engine.run
+    slots = tuple(VECTORS.index(name) for name in names)
+
+    def addresses(vectors):
+        found = [0, 0, 0]
+        for slot, vector in zip(slots, vectors):
+            if vector is not None:  # a reduce-scatter's partial sums in scratch: None
+                found[slot] = vector.__array_interface__["data"][0]
+        return found
+
+    if count * dtype.itemsize > kept_bytes:
+        return lambda *vectors: run(code, *addresses(vectors))
+    last = [None, None, None, 0, 0, 0, keep]
+    if names == ("input", "output"):
+        def run_two(sendbuf, recvbuf):
+            if sendbuf is not last[0] or recvbuf is not last[1]:
+                last[0], last[1] = sendbuf, recvbuf
+                last[3:6] = addresses((sendbuf, recvbuf))
+            run(code, last[3], last[4], last[5])
+        return run_two
+
+    def run_any(*vectors):
+        if any(a is not b for a, b in zip(vectors, last)):
+            last[:len(vectors)] = vectors
+            last[3:6] = addresses(vectors)
+        run(code, last[3], last[4], last[5])
+    return run_any

@@ -1,0 +1,365 @@
+/* The compiled engine: runs one rank's whole plan (algorithms/runtime/plan.py) in one call, within
+ * a node, over channels in memory the node's ranks share (algorithms/runtime/compiled.py builds
+ * the program and the channels; this file interprets them; it knows no algorithm).
+ *
+ * Channels. For each ordered pair of ranks (a, b) a ring of DEPTH slots of SLOT bytes carries a's
+ * messages to b: a's count of fragments posted (head, written by a alone) and b's count taken
+ * (tail, written by b alone) on cache lines of their own, then the slots. A message of L bytes
+ * is max(1, ceil(L / SLOT)) fragments; both ends count them from their own L, equal in a well
+ * formed plan. A sender writes fragment k into slot k mod DEPTH once k - tail < DEPTH, then
+ * publishes head = k + 1 (release); the receiver reads it once head > k (acquire), copies or
+ * reduces it into place and publishes tail = k + 1 (release). Messages between two ranks match
+ * in the order they are posted, as MPI's do.
+ *
+ * Progress. Sends and receives are kept pending until complete; every wait advances all of them
+ * in their posting order (a send to b waits behind an earlier send to b, a receive from a behind
+ * an earlier receive from a), so a plan that completes under MPI's rules completes here: a send
+ * here completes no later than a rendezvous send would. A receive may complete before its wait;
+ * a plan promises not to touch its target (or write its accumulator) until then.
+ *
+ * A wait spins, gives the core away after SPINS polls (oversubscribed runs) and, at every such
+ * yield, lets Python handle a pending signal (PyErr_CheckSignals), so a job that is told to end
+ * ends here too.
+ *
+ * Arithmetic: into = acc (op) received, element by element, in the type's own arithmetic, the
+ * same bits as NumPy's and ml_dtypes' ufuncs: integers wrap (computed unsigned), float16 is
+ * widened to float and rounded back once (NumPy's npy_half loops), bfloat16 by kernels/bfloat16.h,
+ * and the two 8-bit floats by a 256 x 256 table per op that ml_dtypes itself filled. max and min
+ * pick an operand as NumPy does: acc when it is NaN or not below (above) the other, else the
+ * other. Build with -ffp-contract=off and without -ffast-math. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <sched.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "../kernels/bfloat16.h"
+
+/* the program's header words (compiled.py writes them in this order) */
+enum { H_SIZE, H_RANK, H_CHANNELS, H_SLOT, H_DEPTH, H_STRIDE, H_TYPE, H_OP, H_TABLE, H_SCRATCH, H_STEPS,
+       H_HANDLES, H_SPINS, H_WAITS, H_WORDS };
+/* a step's words */
+enum { S_KIND, S_TO, S_SOURCE, S_SEND_VEC, S_SEND_OFF, S_SEND_LEN, S_ACC_VEC, S_ACC_OFF, S_INTO_VEC, S_INTO_OFF,
+       S_INTO_LEN, S_HANDLE, S_WORDS };
+enum { K_ISEND, K_WAIT, K_SEND, K_RECV, K_RECV_REDUCE, K_IRECV, K_IRECV_REDUCE, K_SENDRECV, K_SENDRECV_REDUCE,
+       K_COPY, K_COMBINE, K_ZERO };
+enum { T_I8, T_I16, T_I32, T_I64, T_U8, T_U16, T_U32, T_U64, T_F16, T_F32, T_F64, T_BF16, T_F8 };
+enum { O_SUM, O_PROD, O_MAX, O_MIN };
+#define LINE 64
+#define MAX_PENDING 256
+
+typedef struct {
+    int64_t peer, len, total, done; /* bytes; fragments in all and moved */
+    char *data;                     /* a send's bytes, a receive's target */
+    const char *acc;                /* a reducing receive's accumulator, else NULL */
+    int64_t handle;                 /* the handle its completion marks, -1 none */
+} Pending;
+
+typedef struct {
+    const int64_t *h;
+    char *channels;
+    char *vectors[4]; /* input, output, partial, scratch */
+    Pending sends[MAX_PENDING], recvs[MAX_PENDING];
+    int nsends, nrecvs;
+    unsigned char *done; /* per handle: complete */
+} Run;
+
+static inline volatile uint64_t *head_of(Run *r, int64_t from, int64_t to)
+{
+    return (volatile uint64_t *)(r->channels + (from * r->h[H_SIZE] + to) * r->h[H_STRIDE]);
+}
+
+static inline volatile uint64_t *tail_of(Run *r, int64_t from, int64_t to)
+{
+    return (volatile uint64_t *)((char *)head_of(r, from, to) + LINE);
+}
+
+static inline char *slot_of(Run *r, int64_t from, int64_t to, uint64_t k)
+{
+    return (char *)head_of(r, from, to) + 2 * LINE + (int64_t)(k % (uint64_t)r->h[H_DEPTH]) * r->h[H_SLOT];
+}
+
+/* ---- arithmetic: into[i] = acc[i] (op) src[i] ---- */
+
+#define INTEGER(T, U)                                                                                  \
+    static void reduce_##T(int op, T *into, const T *acc, const T *src, int64_t n)                     \
+    {                                                                                                  \
+        int64_t i;                                                                                     \
+        switch (op) {                                                                                  \
+        case O_SUM: for (i = 0; i < n; i++) into[i] = (T)((U)acc[i] + (U)src[i]); break;               \
+        case O_PROD: for (i = 0; i < n; i++) into[i] = (T)((U)acc[i] * (U)src[i]); break;              \
+        case O_MAX: for (i = 0; i < n; i++) into[i] = acc[i] >= src[i] ? acc[i] : src[i]; break;       \
+        default: for (i = 0; i < n; i++) into[i] = acc[i] <= src[i] ? acc[i] : src[i]; break;          \
+        }                                                                                              \
+    }
+INTEGER(int8_t, uint8_t)
+INTEGER(int16_t, uint16_t)
+INTEGER(int32_t, uint32_t)
+INTEGER(int64_t, uint64_t)
+INTEGER(uint8_t, uint8_t)
+INTEGER(uint16_t, uint16_t)
+INTEGER(uint32_t, uint32_t)
+INTEGER(uint64_t, uint64_t)
+
+#define FLOATING(T)                                                                                    \
+    static void reduce_##T(int op, T *into, const T *acc, const T *src, int64_t n)                     \
+    {                                                                                                  \
+        int64_t i;                                                                                     \
+        switch (op) {                                                                                  \
+        case O_SUM: for (i = 0; i < n; i++) into[i] = acc[i] + src[i]; break;                          \
+        case O_PROD: for (i = 0; i < n; i++) into[i] = acc[i] * src[i]; break;                         \
+        case O_MAX: for (i = 0; i < n; i++) into[i] = acc[i] >= src[i] || acc[i] != acc[i] ? acc[i] : src[i]; break; \
+        default: for (i = 0; i < n; i++) into[i] = acc[i] <= src[i] || acc[i] != acc[i] ? acc[i] : src[i]; break;    \
+        }                                                                                              \
+    }
+FLOATING(float)
+FLOATING(double)
+
+static void reduce_half(int op, _Float16 *into, const _Float16 *acc, const _Float16 *src, int64_t n)
+{
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        float a = (float)acc[i], b = (float)src[i];
+        switch (op) {
+        case O_SUM: into[i] = (_Float16)(a + b); break;
+        case O_PROD: into[i] = (_Float16)(a * b); break;
+        case O_MAX: into[i] = a >= b || a != a ? acc[i] : src[i]; break;
+        default: into[i] = a <= b || a != a ? acc[i] : src[i]; break;
+        }
+    }
+}
+
+static void reduce_bf16(int op, uint16_t *into, const uint16_t *acc, const uint16_t *src, int64_t n)
+{
+    int64_t i;
+    switch (op) {
+    case O_SUM: for (i = 0; i < n; i++) into[i] = bf16_add(acc[i], src[i]); break;
+    case O_PROD: for (i = 0; i < n; i++) into[i] = bf16_mul(acc[i], src[i]); break;
+    case O_MAX: for (i = 0; i < n; i++) into[i] = bf16_max(acc[i], src[i]); break;
+    default: for (i = 0; i < n; i++) into[i] = bf16_min(acc[i], src[i]); break;
+    }
+}
+
+static void reduce_table(const uint8_t *table, uint8_t *into, const uint8_t *acc, const uint8_t *src, int64_t n)
+{
+    int64_t i;
+    for (i = 0; i < n; i++)
+        into[i] = table[(acc[i] << 8) | src[i]];
+}
+
+static void reduce(const int64_t *h, char *into, const char *acc, const char *src, int64_t bytes)
+{
+    int op = (int)h[H_OP];
+    switch (h[H_TYPE]) {
+    case T_I8: reduce_int8_t(op, (int8_t *)into, (const int8_t *)acc, (const int8_t *)src, bytes); break;
+    case T_I16: reduce_int16_t(op, (int16_t *)into, (const int16_t *)acc, (const int16_t *)src, bytes / 2); break;
+    case T_I32: reduce_int32_t(op, (int32_t *)into, (const int32_t *)acc, (const int32_t *)src, bytes / 4); break;
+    case T_I64: reduce_int64_t(op, (int64_t *)into, (const int64_t *)acc, (const int64_t *)src, bytes / 8); break;
+    case T_U8: reduce_uint8_t(op, (uint8_t *)into, (const uint8_t *)acc, (const uint8_t *)src, bytes); break;
+    case T_U16: reduce_uint16_t(op, (uint16_t *)into, (const uint16_t *)acc, (const uint16_t *)src, bytes / 2); break;
+    case T_U32: reduce_uint32_t(op, (uint32_t *)into, (const uint32_t *)acc, (const uint32_t *)src, bytes / 4); break;
+    case T_U64: reduce_uint64_t(op, (uint64_t *)into, (const uint64_t *)acc, (const uint64_t *)src, bytes / 8); break;
+    case T_F16: reduce_half(op, (_Float16 *)into, (const _Float16 *)acc, (const _Float16 *)src, bytes / 2); break;
+    case T_F32: reduce_float(op, (float *)into, (const float *)acc, (const float *)src, bytes / 4); break;
+    case T_F64: reduce_double(op, (double *)into, (const double *)acc, (const double *)src, bytes / 8); break;
+    case T_BF16: reduce_bf16(op, (uint16_t *)into, (const uint16_t *)acc, (const uint16_t *)src, bytes / 2); break;
+    default:
+        reduce_table((const uint8_t *)(intptr_t)h[H_TABLE], (uint8_t *)into, (const uint8_t *)acc,
+                     (const uint8_t *)src, bytes);
+    }
+}
+
+/* ---- messages ---- */
+
+/* Move what can move now, in posting order per peer; complete operations leave the lists and
+ * mark their handle done. */
+static void progress(Run *r)
+{
+    int64_t me = r->h[H_RANK], slot = r->h[H_SLOT], depth = r->h[H_DEPTH], size = r->h[H_SIZE];
+    unsigned char busy[size > 0 ? size : 1];
+    int i, kept;
+    memset(busy, 0, sizeof busy);
+    for (i = 0, kept = 0; i < r->nsends; i++) {
+        Pending *p = &r->sends[i];
+        if (!busy[p->peer]) {
+            volatile uint64_t *head = head_of(r, me, p->peer), *tail = tail_of(r, me, p->peer);
+            uint64_t k = *head;
+            while (p->done < p->total && (int64_t)(k - __atomic_load_n(tail, __ATOMIC_ACQUIRE)) < depth) {
+                int64_t lo = p->done * slot, n = p->len - lo < slot ? p->len - lo : slot;
+                if (n > 0)
+                    memcpy(slot_of(r, me, p->peer, k), p->data + lo, (size_t)n);
+                __atomic_store_n(head, ++k, __ATOMIC_RELEASE);
+                p->done++;
+            }
+        }
+        if (p->done < p->total) {
+            busy[p->peer] = 1; /* later sends to this rank wait behind it */
+            r->sends[kept++] = *p;
+        } else if (p->handle >= 0) {
+            r->done[p->handle] = 1;
+        }
+    }
+    r->nsends = kept;
+    memset(busy, 0, sizeof busy);
+    for (i = 0, kept = 0; i < r->nrecvs; i++) {
+        Pending *p = &r->recvs[i];
+        if (!busy[p->peer]) {
+            volatile uint64_t *head = head_of(r, p->peer, me), *tail = tail_of(r, p->peer, me);
+            uint64_t k = *tail;
+            while (p->done < p->total && __atomic_load_n(head, __ATOMIC_ACQUIRE) > k) {
+                int64_t lo = p->done * slot, n = p->len - lo < slot ? p->len - lo : slot;
+                const char *from = slot_of(r, p->peer, me, k);
+                if (p->acc)
+                    reduce(r->h, p->data + lo, p->acc + lo, from, n);
+                else if (n > 0)
+                    memcpy(p->data + lo, from, (size_t)n);
+                __atomic_store_n(tail, ++k, __ATOMIC_RELEASE);
+                p->done++;
+            }
+        }
+        if (p->done < p->total) {
+            busy[p->peer] = 1;
+            r->recvs[kept++] = *p;
+        } else if (p->handle >= 0) {
+            r->done[p->handle] = 1;
+        }
+    }
+    r->nrecvs = kept;
+}
+
+static int post(Run *r, Pending *list, int *count, int64_t peer, char *data, const char *acc, int64_t len,
+                int64_t handle)
+{
+    if (*count >= MAX_PENDING) {
+        PyErr_SetString(PyExc_RuntimeError, "compiled engine: more than 256 messages in flight");
+        return -1;
+    }
+    int64_t slot = r->h[H_SLOT];
+    Pending p = {peer, len, len <= slot ? 1 : (len + slot - 1) / slot, 0, data, acc, handle};
+    list[(*count)++] = p;
+    if (handle >= 0)
+        r->done[handle] = 0;
+    return 0;
+}
+
+/* Spin until every handle of ``handles`` is done, moving messages meanwhile. */
+static int wait_for(Run *r, const int64_t *handles, int64_t count)
+{
+    int64_t spins = 0, limit = r->h[H_SPINS], i;
+    for (;;) {
+        progress(r);
+        for (i = 0; i < count && r->done[handles[i]]; i++)
+            ;
+        if (i == count)
+            return 0;
+        if (++spins >= limit) {
+            spins = 0;
+            sched_yield();
+            if (PyErr_CheckSignals() < 0)
+                return -1;
+        }
+    }
+}
+
+static inline char *at(Run *r, const int64_t *s, int which)
+{
+    return r->vectors[s[which]] + s[which + 1];
+}
+
+/* run(program, input, output, partial): the plan ``program`` (bytes: the header, the steps, the
+ * waits' handles) on the vectors at those addresses (0 where the plan names none). */
+static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 4 || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "run(program: bytes, input: int, output: int, partial: int)");
+        return NULL;
+    }
+    Run r;
+    r.h = (const int64_t *)PyBytes_AS_STRING(args[0]);
+    r.channels = (char *)(intptr_t)r.h[H_CHANNELS];
+    for (int v = 0; v < 3; v++) {
+        r.vectors[v] = (char *)PyLong_AsVoidPtr(args[v + 1]);
+        if (r.vectors[v] == NULL && PyErr_Occurred())
+            return NULL;
+    }
+    r.vectors[3] = (char *)(intptr_t)r.h[H_SCRATCH];
+    r.nsends = r.nrecvs = 0;
+    unsigned char done[r.h[H_HANDLES] + 2];
+    r.done = done;
+    const int64_t *steps = r.h + H_WORDS, *waits = steps + r.h[H_STEPS] * S_WORDS;
+    int64_t self_handles[2] = {r.h[H_HANDLES], r.h[H_HANDLES] + 1}; /* a blocking step's own */
+    for (int64_t i = 0; i < r.h[H_STEPS]; i++) {
+        const int64_t *s = steps + i * S_WORDS;
+        int failed = 0;
+        switch (s[S_KIND]) {
+        case K_ISEND:
+            failed = post(&r, r.sends, &r.nsends, s[S_TO], at(&r, s, S_SEND_VEC), NULL, s[S_SEND_LEN], s[S_HANDLE]);
+            break;
+        case K_SEND:
+            failed = post(&r, r.sends, &r.nsends, s[S_TO], at(&r, s, S_SEND_VEC), NULL, s[S_SEND_LEN], self_handles[0])
+                     || wait_for(&r, self_handles, 1);
+            break;
+        case K_WAIT:
+            failed = wait_for(&r, waits + s[S_SEND_OFF], s[S_SEND_LEN]);
+            break;
+        case K_RECV:
+        case K_RECV_REDUCE:
+            failed = post(&r, r.recvs, &r.nrecvs, s[S_SOURCE], at(&r, s, S_INTO_VEC),
+                          s[S_KIND] == K_RECV ? NULL : at(&r, s, S_ACC_VEC), s[S_INTO_LEN], self_handles[0])
+                     || wait_for(&r, self_handles, 1);
+            break;
+        case K_IRECV:
+        case K_IRECV_REDUCE:
+            failed = post(&r, r.recvs, &r.nrecvs, s[S_SOURCE], at(&r, s, S_INTO_VEC),
+                          s[S_KIND] == K_IRECV ? NULL : at(&r, s, S_ACC_VEC), s[S_INTO_LEN], s[S_HANDLE]);
+            break;
+        case K_SENDRECV:
+        case K_SENDRECV_REDUCE:
+            failed = post(&r, r.sends, &r.nsends, s[S_TO], at(&r, s, S_SEND_VEC), NULL, s[S_SEND_LEN], self_handles[0])
+                     || post(&r, r.recvs, &r.nrecvs, s[S_SOURCE], at(&r, s, S_INTO_VEC),
+                             s[S_KIND] == K_SENDRECV ? NULL : at(&r, s, S_ACC_VEC), s[S_INTO_LEN], self_handles[1])
+                     || wait_for(&r, self_handles, 2);
+            break;
+        case K_COPY:
+            if (at(&r, s, S_INTO_VEC) != at(&r, s, S_SEND_VEC))
+                memmove(at(&r, s, S_INTO_VEC), at(&r, s, S_SEND_VEC), (size_t)s[S_INTO_LEN]);
+            break;
+        case K_COMBINE:
+            reduce(r.h, at(&r, s, S_INTO_VEC), at(&r, s, S_ACC_VEC), at(&r, s, S_SEND_VEC), s[S_INTO_LEN]);
+            break;
+        case K_ZERO:
+            memset(at(&r, s, S_INTO_VEC), 0, (size_t)s[S_INTO_LEN]);
+            break;
+        default:
+            PyErr_Format(PyExc_ValueError, "compiled engine: unknown step kind %lld", (long long)s[S_KIND]);
+            return NULL;
+        }
+        if (failed)
+            return NULL;
+    }
+    if (r.nsends || r.nrecvs) {
+        PyErr_SetString(PyExc_RuntimeError, "compiled engine: the plan ended with messages not waited for");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL, "run(program, input, output, partial): one rank's plan"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_compiled_engine", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__compiled_engine(void)
+{
+    PyObject *m = PyModule_Create(&module);
+    if (m && (PyModule_AddIntConstant(m, "HEADER_WORDS", H_WORDS) || PyModule_AddIntConstant(m, "STEP_WORDS", S_WORDS)
+              || PyModule_AddIntConstant(m, "LINE", LINE))) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

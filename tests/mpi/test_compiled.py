@@ -1,0 +1,143 @@
+"""The compiled engine (algorithms/runtime/compiled.py) against the Python engine, bit for bit:
+every algorithm written as a plan, and every half, on every dtype and op, on uneven counts,
+counts that fill many of its slots, in and out of place. Each engine runs on a communicator of
+its own (``ALLREDUCE_ENGINE`` is read when a plan of a new shape is bound), from inputs of
+random bits' worth (normal floats, integers over their whole range), so the two must make the
+same roundings, wraps and NaN-free choices, not merely the same exact sums."""
+
+import os
+
+import ml_dtypes
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import algorithms
+from algorithms.collectives import HALVES
+from algorithms.ops import is_floating
+from algorithms.runtime import compiled
+from algorithms.runtime.executor import private_comm
+from conftest import options
+
+pytestmark = pytest.mark.skipif(compiled.MISSING is not None, reason=str(compiled.MISSING))
+
+PLANNED = sorted(name for name, a in algorithms.ALGORITHMS.items() if a.steps is not None)
+ALL_DTYPES = [np.dtype(t) for t in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16",
+                                    "float32", "float64")] + [np.dtype(ml_dtypes.bfloat16),
+                                                              np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2)]
+#: every dtype up to 3 ranks; from 4 on (2 ranks a core and more here) one of each kind of arithmetic
+#: (wrapping, IEEE, bfloat16's kernel, a table): what differs there is the plans' schedule, and every
+#: dtype's arithmetic runs at 1-3
+FEW = MPI.COMM_WORLD.Get_size() <= 3
+DTYPES = ALL_DTYPES if FEW else [np.dtype(np.int8), np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16),
+                                 np.dtype(ml_dtypes.float8_e4m3fn)]
+OPS = ("sum", "prod", "max", "min", "avg")
+
+
+def engines_bound(comm):
+    """The modules of the runs the engine bound on ``comm``'s contexts."""
+    return {run.__module__ for coll in private_comm(comm).contexts.values() for _, run in coll.engines.values()}
+
+
+@pytest.fixture(scope="module")
+def engines():
+    """{"python": comm, "compiled": comm}: a communicator per engine."""
+    world = MPI.COMM_WORLD
+    found = {"python": world.Dup(), "compiled": world.Dup()}
+    yield found
+    for comm in found.values():
+        comm.Free()
+
+
+def run_with(engine, call):
+    before = os.environ.get("ALLREDUCE_ENGINE")
+    os.environ["ALLREDUCE_ENGINE"] = engine
+    try:
+        return call()
+    finally:
+        if before is None:
+            del os.environ["ALLREDUCE_ENGINE"]
+        else:
+            os.environ["ALLREDUCE_ENGINE"] = before
+
+
+def random_input(dtype, count, rank, salt):
+    rng = np.random.default_rng([rank, count, salt, dtype.num])
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, size=count, endpoint=True, dtype=dtype)
+    return (rng.standard_normal(count) * (1 if dtype.itemsize > 1 else 4)).astype(dtype)
+
+
+def counts(size):
+    """Uneven counts, and 5000 elements: many slots' worth (a slot holds 8 KiB)."""
+    return sorted({0, 1, size - 1, size + 1, 37, 3 * size + 2, 5000} if FEW else {0, size + 1, 37, 5000})
+
+
+def same_bits(a, b):
+    return a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize("algorithm", PLANNED)
+def test_allreduce_runs_the_same_bits_on_both_engines(engines, algorithm):
+    world = MPI.COMM_WORLD
+    size, rank = world.Get_size(), world.Get_rank()
+    tried, extra = 0, options(algorithm, size)
+    for dtype in DTYPES:
+        for op in OPS:
+            if op == "avg" and not is_floating(dtype):
+                continue
+            for count in counts(size):
+                x = random_input(dtype, count, rank, hash((algorithm, op)) % 1000)
+                results = {}
+                for engine, comm in engines.items():
+                    out = np.empty_like(x)
+                    run_with(engine, lambda: algorithms.allreduce(x, out, op=op, algorithm=algorithm, comm=comm,
+                                                                     **extra))
+                    inplace = x.copy()
+                    run_with(engine, lambda: algorithms.allreduce(inplace, None, op=op, algorithm=algorithm,
+                                                                     comm=comm, **extra))
+                    results[engine] = (out, inplace)
+                python, ours = results["python"], results["compiled"]
+                assert same_bits(python[0], ours[0]), (algorithm, dtype, op, count, python[0][:8], ours[0][:8])
+                assert same_bits(python[1], ours[1]), (algorithm, dtype, op, count, "in place")
+                tried += 1
+    assert engines_bound(engines["compiled"]) == {"algorithms.runtime.compiled"}
+    assert engines_bound(engines["python"]) == {"algorithms.runtime.engine"}
+    assert tried > 0
+
+
+@pytest.mark.parametrize("half", ["reduce_scatter", "all_gather"])
+def test_halves_run_the_same_bits_on_both_engines(engines, half):
+    world = MPI.COMM_WORLD
+    size, rank = world.Get_size(), world.Get_rank()
+    for algorithm in HALVES[half]:
+        if algorithm == "auto" or algorithms.ALGORITHMS[algorithm].steps is None:
+            continue
+        extra = options(algorithm, size)
+        for dtype in (np.dtype(np.float32), np.dtype(np.int16), np.dtype(ml_dtypes.bfloat16),
+                      np.dtype(ml_dtypes.float8_e5m2)):
+            for block in (0, 1, 3, 700):
+                x = random_input(dtype, block * size, rank, 7)
+                results = {}
+                for engine, comm in engines.items():
+                    if half == "reduce_scatter":
+                        out = np.empty(block, dtype)
+                        run_with(engine, lambda: algorithms.reduce_scatter(x, out, algorithm=algorithm, comm=comm,
+                                                                              **extra))
+                    else:
+                        out = np.empty(block * size, dtype)
+                        run_with(engine, lambda: algorithms.all_gather(x[:block], out, algorithm=algorithm, comm=comm,
+                                                                          **extra))
+                    results[engine] = out
+                assert same_bits(results["python"], results["compiled"]), (half, algorithm, dtype, block)
+    assert engines_bound(engines["compiled"]) == {"algorithms.runtime.compiled"}
+
+
+def test_the_engine_setting_is_refused_when_unknown():
+    comm = MPI.COMM_WORLD.Dup()
+    try:
+        with pytest.raises(ValueError, match="ALLREDUCE_ENGINE"):
+            run_with("fast", lambda: algorithms.allreduce(np.ones(4, np.float32), comm=comm))
+    finally:
+        comm.Free()
