@@ -36,7 +36,7 @@ SHM_NOTE = before_mpi_init()  # before mpi4py.MPI is first imported: what MPI_In
 
 from .collectives import ALGORITHMS, HALVES  # noqa: E402 (MPI starts with this import)
 from .collectives import (PersistentAllreduce, all_gather, alloc_registered, allreduce, allreduce_init,  # noqa: E402
-                          free_registered, reduce_scatter, transport_in_use)
+                          engine_in_use, free_registered, reduce_scatter, transport_in_use)
 from .costs import cost_model  # noqa: E402
 from .runtime.executor import WORKSPACE
 from .dtypes import DTYPES, TYPES
@@ -55,5 +55,5 @@ __all__ = [
     "ALGORITHMS", "HALVES", "DTYPES", "TYPES", "OPS",
     "allreduce", "allreduce_init", "PersistentAllreduce", "reduce_scatter", "all_gather",
     "alloc_registered", "free_registered", "chunk_offsets", "free_workspace", "mpi_is_cuda_aware", "Algorithm",
-    "run_together", "transport_in_use", "ShmTooSmall", "cost_model",
+    "run_together", "transport_in_use", "engine_in_use", "ShmTooSmall", "cost_model",
 ]

@@ -11,6 +11,7 @@ from mpi4py import MPI
 
 from . import auto
 from .catalog import ring
+from .runtime import compiled
 from .runtime.agreement import FIELDS, agree
 from .arrays import array_module, check_vector, overlaps, same_memory
 from .runtime.executor import LAST_CALL, LAST_USED, private_comm
@@ -50,6 +51,8 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None, c
     ``ALLREDUCE_HIER_ACROSS=bamtree``.
     Returns the result buffer.
     """
+    if recvbuf is None:
+        recvbuf = sendbuf
     (last_send, last_recv, last_algorithm, last_op, last_comm, dtype, shape, strides, runner, duplicate,
      fields) = LAST_CALL[0]
     if (sendbuf is last_send and recvbuf is last_recv and algorithm is last_algorithm and op is last_op
@@ -75,8 +78,8 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None, c
             if bound is not None:
                 runner, strides, fields = bound
                 if (recvbuf.dtype is dtype and recvbuf.size == size and sendbuf.strides == strides == recvbuf.strides
-                        and recvbuf.flags.writeable and recvbuf is not sendbuf
-                        and (sendbuf.base is None and recvbuf.base is None or not overlaps(sendbuf, recvbuf))):
+                        and recvbuf.flags.writeable and (recvbuf is sendbuf or sendbuf.base is None and recvbuf.base
+                                                         is None or not overlaps(sendbuf, recvbuf))):
                     if check:
                         agree(private.comm, "allreduce", None, fields, _describe)
                     runner(sendbuf, recvbuf)
@@ -235,6 +238,19 @@ def transport_in_use(xp, comm=None, algorithm=None):
     return describe(private, text) if describe is not None else text
 
 
+def engine_in_use(xp, comm=None, algorithm=None):
+    """Which engine runs ``algorithm``'s plan on ``comm`` for buffers of ``xp``, in words
+    (:func:`.runtime.compiled.describe`); what runs an algorithm that is not a plan, and
+    ``auto``'s choice among them. Collective the first time for each communicator."""
+    private = private_comm(MPI.COMM_WORLD if comm is None else comm)
+    text = compiled.describe(private, xp, private.transport(xp))
+    if algorithm == "auto":
+        return f"{text}, where the algorithm it picks is a plan"
+    if algorithm in ALGORITHMS and ALGORITHMS[algorithm].steps is None:
+        return "none: it runs its own code, not a plan"
+    return text
+
+
 def alloc_registered(count, dtype="float32", comm=None):
     """A ``count``-element NumPy vector (uninitialised) in memory the ranks of this node share,
     which our collectives on ``comm`` send without copying it (:mod:`.transports.registered`), like NCCL's
@@ -311,7 +327,8 @@ def _result_buffer(sendbuf, recvbuf, count):
 
 def _common_case(sendbuf, recvbuf, op, algorithm, tree, bandwidth):
     """The record of ``algorithm`` when the call is the common case, else None: two distinct
-    1-D contiguous NumPy vectors of one supported dtype and length, ``recvbuf`` writable, a
+    1-D contiguous NumPy vectors of one supported dtype and length, or one (in place),
+    ``recvbuf`` writable, a
     known op that suits the dtype, an algorithm that takes no tree or none is passed to one
     whose own is the binomial tree. Checked in a few
     attribute reads (1.5 us less per call than the full validation), it accepts only what the
@@ -328,8 +345,8 @@ def _common_case(sendbuf, recvbuf, op, algorithm, tree, bandwidth):
             or dtype not in DTYPE_INDEX or type(op) is not str or op not in OPS
             or (op == "avg" and dtype not in FLOATING)):
         return None
-    if recvbuf is sendbuf or ((sendbuf.base is not None or recvbuf.base is not None) and overlaps(sendbuf, recvbuf)):
-        return None  # in place, or overlapping (two vectors that own their memory cannot overlap)
+    if recvbuf is not sendbuf and (sendbuf.base is not None or recvbuf.base is not None) and overlaps(sendbuf, recvbuf):
+        return None  # overlapping without being the same vector (two that own their memory cannot overlap)
     return chosen
 
 

@@ -157,6 +157,11 @@ WIRE = {
 _READ_AT_IMPORT = {}
 
 
+def is_set(name):
+    """Whether the variable ``name`` (a key of :data:`WIRE`) is given, not left to its default."""
+    return (_READ_AT_IMPORT[name] if name in _READ_AT_IMPORT else os.environ.get(name)) is not None
+
+
 def setting(name):
     """The value of ``name`` (a key of :data:`WIRE`) now: its default when unset;
     ``ValueError`` naming the variable for anything its rule refuses."""

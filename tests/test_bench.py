@@ -15,6 +15,7 @@ import pytest
 from conftest import ROOT, mpiexec, run_mpi
 
 import algorithms
+from algorithms.settings import size_text
 
 REFERENCE = ROOT / "tests" / "data" / "nccl-tests"  # copies of shared/reference/nccl-tests
 
@@ -890,6 +891,13 @@ def test_tune_writes_a_table_auto_follows(tmp_path, ranks, repeats, sizes):
         assert ("tie with" in line) is bool(rule["ties"]) and all(name in line for name in rule["ties"])
     follow = auto_picks(ranks, sizes, {"ALLREDUCE_TUNING_FILE": str(out)})
     assert follow == {rule["measured_bytes"]: rule["order"][0] for rule in table["rules"][:len(sizes)]}
+    engine = table["engine"]  # the two engines timed from 8 B up: the compiled one's reach, followed
+    timed = sorted(int(b) for b in engine["compiled_over_python"])
+    assert timed == sizes[:len(timed)] and isinstance(engine["compiled_bytes"], int), engine
+    swept = run_mpi(ranks, ["-m", "bench", "-b", "8", "-e", "8", "--algo", "ring", "--log", "none"], timeout=60,
+                    env={"ALLREDUCE_TUNING_FILE": str(out)})
+    expected = f"# Engine: compiled up to {size_text(engine['compiled_bytes'])}, python above (tuning table {out})"
+    assert expected in swept.stdout, swept.stdout[-3000:]
 
 
 def test_tune_tables_the_halves_beside_the_allreduce(tmp_path):
@@ -963,6 +971,21 @@ def test_tune_rule_on_synthetic_rounds():
     assert (once_slower["choice"], once_slower["ties"]) == ("rd", ["ring"])
     alone = decide({"ring": [1.0] * 3}, "ring")
     assert (alone["choice"], alone["challenger"], alone["ratio"], alone["ties"]) == ("ring", None, None, [])
+
+
+def test_tune_engine_threshold_on_synthetic_rounds():
+    """The compiled engine keeps every size up to the first where it is slower in every round (the
+    interval wholly above 1), to the geometric mean with the size before; ties keep it; all of them
+    where it is never slower; none where it is slower at the smallest."""
+    from bench.tools.tune_engine import threshold
+
+    def rows(ratios):
+        return {n: {"python": [1.0] * 7, "compiled": [r * (1 + 0.01 * k) for k in range(7)]} for n, r in ratios.items()}
+    assert threshold(rows({8: 0.3, 1024: 0.5, 65536: 0.995, 1 << 20: 1.5}))["compiled_bytes"] == 262144  # a tie at 64K kept
+    assert threshold(rows({8: 0.3, 1024: 0.9}))["compiled_bytes"] == 1024
+    assert threshold(rows({8: 1.2, 1024: 0.9}))["compiled_bytes"] == 0
+    found = threshold(rows({8: 0.3}))
+    assert found["compiled_over_python"]["8"]["median"] == pytest.approx(0.3 * 1.03) and found["algorithm"] == "ring"
 
 
 def test_tune_refuses_an_unknown_candidate(tmp_path):

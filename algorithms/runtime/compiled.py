@@ -6,12 +6,15 @@ knows no algorithm.
 
 Which engine runs a call (``ALLREDUCE_ENGINE``, agreed on by every rank): ``python`` the Python
 engine (:mod:`.engine`) always; ``compiled`` this one wherever it can run; ``auto`` (the default)
-this one for vectors up to ``ALLREDUCE_COMPILED_BYTES`` where the node's shared memory is the
-transport. It can run where every rank of the communicator shares one node, the vectors are
+this one for vectors up to a threshold (:func:`tuned_limit`: ``ALLREDUCE_COMPILED_BYTES``, or what
+``bench tune`` measured) where the node's shared memory is the transport; a tool may pin a
+communicator to one (:func:`pin`). It can run where every rank of the communicator shares one node, the vectors are
 NumPy's, and every rank has the extension (an install without a C compiler has none and runs the
 Python engine: :func:`note` says why). Each side of the choice is the same on every rank, so
 every rank runs the same engine.
 """
+
+import json
 
 import numpy as np
 from mpi4py import MPI
@@ -19,7 +22,8 @@ from mpi4py import MPI
 from plumbing.shm import ShmTooSmall
 
 from ..dtypes import DTYPES
-from ..settings import setting
+from ..settings import is_set, setting, size_text
+from .executor import private_comm
 from .plan import scratch_length
 from .transports.shared_memory import SharedMemoryTransport
 from .transports.shared_windows import allocate_shared
@@ -79,6 +83,7 @@ class Channels:
                                                "the compiled engine's channels")
                 except ShmTooSmall as exc:
                     self.note = f"no shared memory for its channels ({exc.short})"
+            self.limit, self.limit_from = tuned_limit(comm)
             if self.win is not None:
                 memory = self.win.Shared_query(0)[0]
                 self.address = MPI.Get_address(memory)
@@ -97,6 +102,39 @@ class Channels:
             self.usable = False
 
 
+def tuned_limit(comm):
+    """``(bytes, from where)``: the longest vector ``ALLREDUCE_ENGINE=auto`` gives the compiled
+    engine on ``comm`` (one node): ``ALLREDUCE_COMPILED_BYTES`` where set, else what ``bench tune``
+    measured into the tuning table ``ALLREDUCE_TUNING_FILE`` for this many ranks on one node
+    (``"engine": {"compiled_bytes": ...}``), else the setting's default. Collective."""
+    if is_set("ALLREDUCE_COMPILED_BYTES"):
+        return setting("ALLREDUCE_COMPILED_BYTES"), "ALLREDUCE_COMPILED_BYTES"
+    path, found = setting("ALLREDUCE_TUNING_FILE"), None
+    if path and comm.Get_rank() == 0:
+        try:
+            with open(path, "rb") as f:
+                table = json.loads(f.read())
+            limit = table["engine"]["compiled_bytes"]
+            if (table.get("ranks"), table.get("nodes")) == (comm.Get_size(), 1) and isinstance(limit, int):
+                found = limit
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # no measured threshold there (auto says what is wrong with the table itself)
+    found = comm.bcast(found, root=0)
+    if found is not None:
+        return found, f"tuning table {path}"
+    return setting("ALLREDUCE_COMPILED_BYTES"), "ALLREDUCE_COMPILED_BYTES's default"
+
+
+def pin(comm, engine):
+    """Run every plan on ``comm`` (every rank's call alike) on ``engine``, ``"python"`` or
+    ``"compiled"`` (where it can run), or on the setting's choice again (None), whatever
+    ``ALLREDUCE_ENGINE`` says: for a tool that times the two engines side by side. Plans bound
+    before keep their engine."""
+    if engine not in (None, "python", "compiled"):
+        raise ValueError(f"engine {engine!r}; choices: python, compiled, None")
+    private_comm(comm).engine = engine
+
+
 def channels(coll):
     """The communicator's :class:`Channels`, built on first use (collective)."""
     return coll.private.resource("compiled-engine", Channels)
@@ -105,13 +143,31 @@ def channels(coll):
 def chosen(coll, nbytes):
     """Whether the compiled engine runs a plan of ``nbytes`` vectors on ``coll`` (collective on
     the first call of a communicator: it builds the channels)."""
-    engine = setting("ALLREDUCE_ENGINE")
+    engine = coll.private.engine or setting("ALLREDUCE_ENGINE")
     if engine == "python" or coll.xp is not np:
         return False
-    if engine == "auto" and (nbytes > setting("ALLREDUCE_COMPILED_BYTES")
-                             or not isinstance(coll.transport, SharedMemoryTransport)):
+    place = channels(coll)
+    if engine == "auto" and (nbytes > place.limit or not isinstance(coll.transport, SharedMemoryTransport)):
         return False
-    return channels(coll).usable
+    return place.usable
+
+
+def describe(private, xp, transport):
+    """Which engine runs a plan on ``private``'s communicator for vectors of module ``xp`` carried
+    by ``transport``, in words, by size (collective the first time: it may build the channels)."""
+    engine = private.engine or setting("ALLREDUCE_ENGINE")
+    if engine == "python":
+        return "python (ALLREDUCE_ENGINE=python)"
+    if xp is not np:
+        return "python (the compiled engine runs NumPy vectors)"
+    place = private.resource("compiled-engine", Channels)
+    if not place.usable:
+        return f"python (the compiled engine cannot run: {place.note})"
+    if engine == "compiled":
+        return "compiled (ALLREDUCE_ENGINE=compiled)"
+    if not isinstance(transport, SharedMemoryTransport):
+        return "python (ALLREDUCE_ENGINE=auto: the transport is not the node's shared memory)"
+    return f"compiled up to {size_text(place.limit)}, python above ({place.limit_from})"
 
 
 def program(coll, steps, count, dtype):

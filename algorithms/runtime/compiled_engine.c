@@ -17,9 +17,9 @@
  * here completes no later than a rendezvous send would. A receive may complete before its wait;
  * a plan promises not to touch its target (or write its accumulator) until then.
  *
- * A wait spins, gives the core away after SPINS polls (oversubscribed runs) and, at every such
- * yield, lets Python handle a pending signal (PyErr_CheckSignals), so a job that is told to end
- * ends here too.
+ * A wait spins; after SPINS polls it lets go of the GIL and gives the core away between polls
+ * (oversubscribed runs), and on the main thread lets Python handle a pending signal now and then
+ * (PyErr_CheckSignals), so a job that is told to end ends here too.
  *
  * Arithmetic: into = acc (op) received, element by element, in the type's own arithmetic, the
  * same bits as NumPy's and ml_dtypes' ufuncs: integers wrap (computed unsigned), float16 is
@@ -48,6 +48,8 @@ enum { T_I8, T_I16, T_I32, T_I64, T_U8, T_U16, T_U32, T_U64, T_F16, T_F32, T_F64
 enum { O_SUM, O_PROD, O_MAX, O_MIN };
 #define LINE 64
 #define MAX_PENDING 256
+
+static unsigned long main_thread; /* the thread that imported the module: Python's signals run there */
 
 typedef struct {
     int64_t peer, len, total, done; /* bytes; fragments in all and moved */
@@ -243,23 +245,40 @@ static int post(Run *r, Pending *list, int *count, int64_t peer, char *data, con
     return 0;
 }
 
-/* Spin until every handle of ``handles`` is done, moving messages meanwhile. */
+/* Spin until every handle of ``handles`` is done, moving messages meanwhile. After the first
+ * SPINS polls the wait lets go of the GIL (other threads run: a training step's computation
+ * beside a hook's all-reduce, a collective of another library on the main thread) and gives the
+ * core away between polls; on the main thread it takes the GIL back now and then to let Python
+ * handle a signal. */
 static int wait_for(Run *r, const int64_t *handles, int64_t count)
 {
-    int64_t spins = 0, limit = r->h[H_SPINS], i;
+    int64_t spins = 0, yields = 0, limit = r->h[H_SPINS], i;
+    PyThreadState *released = NULL;
+    int failed = 0;
     for (;;) {
         progress(r);
         for (i = 0; i < count && r->done[handles[i]]; i++)
             ;
         if (i == count)
-            return 0;
-        if (++spins >= limit) {
-            spins = 0;
-            sched_yield();
-            if (PyErr_CheckSignals() < 0)
-                return -1;
+            break;
+        if (++spins < limit)
+            continue;
+        spins = 0;
+        if (released == NULL)
+            released = PyEval_SaveThread();
+        sched_yield();
+        if (++yields % 16 == 0 && PyThread_get_thread_ident() == main_thread) {
+            PyEval_RestoreThread(released);
+            released = NULL;
+            if (PyErr_CheckSignals() < 0) {
+                failed = -1;
+                break;
+            }
         }
     }
+    if (released != NULL)
+        PyEval_RestoreThread(released);
+    return failed;
 }
 
 static inline char *at(Run *r, const int64_t *s, int which)
@@ -323,14 +342,15 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                      || wait_for(&r, self_handles, 2);
             break;
         case K_COPY:
-            if (at(&r, s, S_INTO_VEC) != at(&r, s, S_SEND_VEC))
+            if (s[S_INTO_LEN] > 0 && at(&r, s, S_INTO_VEC) != at(&r, s, S_SEND_VEC))
                 memmove(at(&r, s, S_INTO_VEC), at(&r, s, S_SEND_VEC), (size_t)s[S_INTO_LEN]);
             break;
         case K_COMBINE:
             reduce(r.h, at(&r, s, S_INTO_VEC), at(&r, s, S_ACC_VEC), at(&r, s, S_SEND_VEC), s[S_INTO_LEN]);
             break;
         case K_ZERO:
-            memset(at(&r, s, S_INTO_VEC), 0, (size_t)s[S_INTO_LEN]);
+            if (s[S_INTO_LEN] > 0)
+                memset(at(&r, s, S_INTO_VEC), 0, (size_t)s[S_INTO_LEN]);
             break;
         default:
             PyErr_Format(PyExc_ValueError, "compiled engine: unknown step kind %lld", (long long)s[S_KIND]);
@@ -351,10 +371,11 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_compiled_engine", NULL, -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_compiled_engine", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__compiled_engine(void)
 {
+    main_thread = PyThread_get_thread_ident();
     PyObject *m = PyModule_Create(&module);
     if (m && (PyModule_AddIntConstant(m, "HEADER_WORDS", H_WORDS) || PyModule_AddIntConstant(m, "STEP_WORDS", S_WORDS)
               || PyModule_AddIntConstant(m, "LINE", LINE))) {

@@ -74,7 +74,7 @@ class Private:
     reused by every later call: one transport per array module, one :class:`Collective`
     context per module and op, and shared resources such as the node's shared window."""
 
-    __slots__ = ("comm", "rank", "size", "contexts", "transports", "resources", "runners")
+    __slots__ = ("comm", "rank", "size", "contexts", "transports", "resources", "runners", "engine")
 
     def __init__(self, comm):
         try:
@@ -88,6 +88,7 @@ class Private:
         self.transports = {}
         self.resources = {}
         self.runners = {}  # the entry point's bound calls by shape (collectives.allreduce)
+        self.engine = None  # the engine its plans run on, where a tool pins one (compiled.pin), else the setting's
         _LIVE.append(self)
 
     def collective(self, xp, op):

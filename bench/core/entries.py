@@ -56,12 +56,18 @@ class Entry:
             return self.baseline.transport(self.name, xp)
         return algorithms.transport_in_use(xp, comm, self.name)
 
+    def engine(self, comm, xp):
+        """Which engine runs its plan, in words, for its header (collective); None for a baseline."""
+        return None if self.baseline else algorithms.engine_in_use(xp, comm, self.name)
+
     def runner(self, spec, comm, op, topology=None):
         """``run(send, recv, check=False) -> result`` of collective ``spec``; a tree algorithm's tree
         built from ``topology`` (or binomial) once, here; ``topology`` passed to those that use one."""
         if self.baseline:
             return self.baseline.runner(spec, self.name, comm, op)
         method = self.algorithm.tree_method
+        if method == "binomial" and topology is None:  # its own tree, as a program calls it: tree= not passed
+            return spec.run_ours(self.name, comm, op)
         if method:
             return spec.run_ours(self.name, comm, op, tree=tree_for(method, comm.size, bandwidth=topology,
                                                                     name=self.name))

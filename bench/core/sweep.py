@@ -88,7 +88,7 @@ class Watchdog:
             self.timer = None
 
 
-def header_lines(comm, args, algo, device_lines, transport, crowded):
+def header_lines(comm, args, algo, device_lines, transport, engine, crowded):
     config_line = (
         f"# nThread 1 nGpus 1 minBytes {args.minbytes} maxBytes {args.maxbytes} "
         f"step: {args.stepbytes if args.stepbytes else args.stepfactor}"
@@ -111,6 +111,7 @@ def header_lines(comm, args, algo, device_lines, transport, crowded):
         f"Hosts: {len({d['hostname'] for d in device_lines})}  Device: {args.device}  "
         f"Time aggregation: {AGGREGATIONS[args.average]}  MPI: {info['mpi']}  Threads: {info['thread_level']}",
         f"# Transport: {transport}",
+        *([f"# Engine: {engine}"] if engine else []),
         f"# Timing: {rule(args.device == 'gpu')}",
         *([f"# Nodes: {hier_text(args.hier)}"] if algo == "hier" and args.hier else []),
         *(["# Buffers: registered (algorithms.alloc_registered; -R 1)"] if args.local_register else []),
@@ -276,7 +277,8 @@ def _sweep(comm, args, argv, spec, say, crowded, xp, device):
         else:
             algos.append(entry)
     transports = {entry.name: entry.transport(comm, xp) for entry in algos}  # collective, in order
-    heads = {e.name: header_lines(comm, args, e.name, devices, transports[e.name], crowded) if rank == 0 else ""
+    engines = {entry.name: entry.engine(comm, xp) for entry in algos}  # collective, in order
+    heads = {e.name: header_lines(comm, args, e.name, devices, transports[e.name], engines[e.name], crowded) if rank == 0 else ""
              for e in algos}
     if len(algos) > 1:
         say(f"# {len(algos)} algorithms take turns in {args.rounds} rounds of every size; their tables follow "
@@ -307,7 +309,7 @@ def _sweep(comm, args, argv, spec, say, crowded, xp, device):
                             total_wrong += record["nwrong_total"]
                             held = max(held, record.pop("held_bytes"))
                         if rank == 0:
-                            save_size(tables, writer, records, transports, spec, cycle)
+                            save_size(tables, writer, records, transports, engines, spec, cycle)
                             for algo, record in records.items():
                                 label = (f"{algo} {nccl_name(dtype)} {op}"
                                          + (f" cycle {cycle}" if args.run_cycles != 1 else ""))
@@ -333,14 +335,14 @@ def _sweep(comm, args, argv, spec, say, crowded, xp, device):
     return 1 if total_wrong else 0
 
 
-def save_size(tables, writer, records, transports, spec, cycle):
+def save_size(tables, writer, records, transports, engines, spec, cycle):
     """One finished size on rank 0: every algorithm's row into its table, the log and ``-J``,
     all inside :func:`plumbing.ending.uncut` (so the files agree however the job ends)."""
     with uncut():
         for algo, record in records.items():
             tables.add(algo, record.pop("text"), record.pop("nwrong_total"),
                        [record["out_of_place"]["bus_bw"], record["in_place"]["bus_bw"]])
-        writer.add(*({**record, "algorithm": algo, "transport": transports[algo], "cycle": cycle,
+        writer.add(*({**record, "algorithm": algo, "transport": transports[algo], "engine": engines[algo], "cycle": cycle,
                       "experiment_name": f"{spec.name}/{algo}"} for algo, record in records.items()))
 
 

@@ -20,9 +20,11 @@ and a table keeps the rules of the collectives not tuned from the standing table
 Writes the table, the machine and the times (rank 0, atomically; default
 ``results/tuning-<host>-<N>r.json``; the all-reduce's times as ``measured_us``, the others' as
 ``reduce_scatter_measured_us`` ...) and prints them.
+Then the Python and the compiled engine are timed against each other (:mod:`.tune_engine`), and
+the table keeps the size up to which the compiled one runs plans (``"engine"``).
 Then ``ALLREDUCE_TUNING_FILE=FILE`` makes ``algorithm="auto"`` follow it on communicators of
-the same rank and node count. With more ranks than cores the times measure the scheduler, so the
-table says it is oversubscribed.
+the same rank and node count, and ``ALLREDUCE_ENGINE=auto`` its engine threshold on one node.
+With more ranks than cores the times measure the scheduler, so the table says it is oversubscribed.
 """
 
 import functools
@@ -47,6 +49,7 @@ from ..core.timing import intervals, iterations_for, timed
 from ..formats.stats import FULL_ROUNDS, LEVEL, median, paired_ratio
 from ..formats.stats import coverage as stats_coverage
 from ..formats.tables import plural, size_label
+from . import tune_engine
 
 
 def decide(rounds, incumbent, level=LEVEL):
@@ -230,6 +233,8 @@ def main(argv=None):
     measured = {(c, dtype.name): measure(comm, dtype, args.op, sizes, args.repeats,
                                          [n for n in names if n in candidates(c)], c)
                 for c in tuned for dtype in dtypes}
+    engine_rows, why = tune_engine.measure(comm, dtypes[0], args.op, sizes, args.repeats)
+    engine = tune_engine.threshold(engine_rows) if engine_rows else None
     if comm.Get_rank() == 0:
         before = load_table(standing) if standing else {"rules": []}
         kept = [rule for rule in before["rules"] if rule.get("collective", "allreduce") not in tuned]
@@ -240,7 +245,8 @@ def main(argv=None):
         table = {"schema": SCHEMA, **header, "op": args.op,
                  "rules": kept + [rule for c in tuned for (cc, name), times in measured.items() if cc == c
                                   for rule in rules(times, name, c)]
-                 + [{**rule, "dtype": "*"} for c in tuned for rule in rules(measured[c, dtypes[0].name], "*", c)]}
+                 + [{**rule, "dtype": "*"} for c in tuned for rule in rules(measured[c, dtypes[0].name], "*", c)],
+                 "engine": engine or {"compiled_bytes": None, "why": why}}
         for c in set(COLLECTIVES.values()) - set(tuned):  # the times behind the kept rules, kept
             prefix = "" if c == "allreduce" else f"{c}_"
             table.update({key: before[key] for key in (f"{prefix}measured_us", f"{prefix}intervals_us",
@@ -261,6 +267,8 @@ def main(argv=None):
                      if header["oversubscribed"] else ""))
             print(text_blocks(times, [r for r in table["rules"]
                                       if r["dtype"] == name and r.get("collective", "allreduce") == c]))
-        print(f"wrote {output}; ALLREDUCE_TUNING_FILE={output} makes algorithm=\"auto\" follow it", flush=True)
+        print(tune_engine.text(engine, why))
+        print(f"wrote {output}; ALLREDUCE_TUNING_FILE={output} makes algorithm=\"auto\" follow it, and the "
+              "compiled engine run up to its threshold", flush=True)
     return 0
 
