@@ -533,7 +533,7 @@ def test_perf_benchmark_writes_every_target(tmp_path):
             else:
                 assert row[f"{name}_s"] == pytest.approx(own_median(rounds), rel=1e-12), name
     targets = {t["target"]: t for t in data["targets"]}
-    assert len(targets) == 20
+    assert len(targets) == 21  # the per-call cost: of a call and of a persistent one
     for name in ("twoshot busbw >= 1.0x ring on registered vectors, 1..256 MiB",
                  "ring busbw >= 1.0x the MPI library timed in C, 256 KiB..256 MiB",
                  "ring busbw >= 1.0x native through mpi4py, 256 KiB..256 MiB"):  # no size in range
@@ -547,8 +547,9 @@ def test_perf_benchmark_writes_every_target(tmp_path):
         assert found[0]["verdict"] == own_verdict(own_interval(cost), float(found[0]["target"].split()[-2]), above=False)
         persistent = [(a - exchanges * b) * 1e6 for a, b in zip(eight[f"{algo}_persistent"], eight["sendrecv"])]
         assert_interval(data["persistent_cost_us"][algo], persistent)
-    rounds = data["per_call_rounds_s"]
-    assert_interval(data["per_call_overhead_us"], [(a - b) * 1e6 for a, b in zip(rounds["ours"], rounds["bare"])])
+    rounds = data["per_call_rounds_s"]  # over the engine's own run of the plan, round by round
+    assert_interval(data["per_call_overhead_us"], [(a - b) * 1e6 for a, b in zip(rounds["ours"], rounds["engine"])])
+    assert_interval(data["persistent_overhead_us"], [(a - b) * 1e6 for a, b in zip(rounds["persistent"], rounds["engine"])])
     # ring over native at each size of the range: busbw ratio = native's time over the ring's, round by round
     ratios = {row["bytes"]: [n / r for n, r in zip(row["rounds_s"]["native"], row["rounds_s"]["ring"])]
               for row in data["rows"] if 32768 <= row["bytes"] <= 262144}
@@ -598,7 +599,7 @@ def synthetic_perf(ring_over_native):
     native = [1e-4 * (1 + i % 3) for i in range(rounds)]  # drifting between rounds, as a shared machine does
     return {"ranks": 2, "rows": [{"bytes": 65536, "rounds_s": {
         "native": native, "ring": [t / r for t, r in zip(native, ring_over_native)], "auto": native}}],
-        "per_call_rounds_s": {"bare": [1e-6] * 6, "ours": [2e-6] * 6},
+        "per_call_rounds_s": {"bare": [1e-6] * 6, "engine": [1e-6] * 6, "ours": [1.5e-6] * 6, "persistent": [1.2e-6] * 6},
         "steady_state_python_bytes": {"ring": {"retained": 0, "transient_peak": 100}},
         "peak_memory": {"peak_bytes": 1, "budget_bytes": 2, "vector_bytes": 1}}
 
@@ -615,7 +616,8 @@ def test_perf_target_verdicts_on_synthetic_ratios(ratios, verdict):
     target = found["ring busbw >= 0.9x native through mpi4py, 32 KiB..256 KiB"]
     assert (target["verdict"], target["holds"], target["at_bytes"]) == (verdict, verdict == "met", 65536)
     assert_interval(target["interval"], ratios)
-    assert found["per-call Python overhead < 10 us"]["verdict"] == "met"  # 1 us in every round
+    assert found["a call's cost over the engine's run of its plan <= 0.3 us"]["verdict"] == "missed"  # 0.5 us a round
+    assert found["a persistent call's cost over the engine's run of its plan <= 0.3 us"]["verdict"] == "met"  # 0.2 us
     assert found["auto busbw >= 1.0x native through mpi4py, 8 B..256 MiB"]["verdict"] == "tie (within noise)"  # 1.0x
     assert found["ring busbw >= 1.0x native through mpi4py, 256 KiB..256 MiB"]["verdict"] == "size not run"
 
