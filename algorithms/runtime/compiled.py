@@ -22,6 +22,7 @@ from mpi4py import MPI
 from plumbing.shm import ShmTooSmall
 
 from ..dtypes import DTYPES
+from ..ops import OPS
 from ..settings import is_set, setting, size_text
 from .executor import private_comm
 from .plan import scratch_length
@@ -37,7 +38,7 @@ except ImportError as exc:  # built without a C compiler: the Python engine runs
 KINDS = ("isend", "wait", "send", "recv", "recv_reduce", "irecv", "irecv_reduce", "sendrecv", "sendrecv_reduce",
          "copy", "combine", "zero")  # the C file's step kinds, in its order
 VECTORS = ("input", "output", "partial", "scratch")  # the C file's vectors, in its order
-OPS = {"sum": 0, "avg": 0, "prod": 1, "max": 2, "min": 3}  # avg: a sum, divided after the plan
+OP_CODES = {"sum": 0, "avg": 0, "prod": 1, "max": 2, "min": 3}  # the C file's ops; avg: a sum, divided after
 #: the C file's element types, in its order; the two 8-bit floats reduce by a table
 TYPE_CODES = {dtype: code for code, dtype in enumerate(DTYPES[:12])}
 TABLED = frozenset(DTYPES[12:])
@@ -54,7 +55,7 @@ def table(dtype, op):
     if key not in _TABLES:
         words = np.arange(256, dtype=np.uint8)
         a, b = (words.view(dtype)[:, None], words.view(dtype)[None, :])
-        ufunc = {"sum": np.add, "avg": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}[op]
+        ufunc = getattr(np, OPS[op])
         with np.errstate(all="ignore"):  # inf - inf and the like: NaN, as the ufunc makes it in a call
             _TABLES[key] = np.ascontiguousarray(ufunc(a, b).astype(dtype)).view(np.uint8).ravel()
     return _TABLES[key]
@@ -113,9 +114,9 @@ def tuned_limit(comm):
     if path and comm.Get_rank() == 0:
         try:
             with open(path, "rb") as f:
-                table = json.loads(f.read())
-            limit = table["engine"]["compiled_bytes"]
-            if (table.get("ranks"), table.get("nodes")) == (comm.Get_size(), 1) and isinstance(limit, int):
+                tuning = json.loads(f.read())
+            limit = tuning["engine"]["compiled_bytes"]
+            if (tuning.get("ranks"), tuning.get("nodes")) == (comm.Get_size(), 1) and isinstance(limit, int):
                 found = limit
         except (OSError, ValueError, KeyError, TypeError):
             pass  # no measured threshold there (auto says what is wrong with the table itself)
@@ -192,7 +193,7 @@ def program(coll, steps, count, dtype):
             waits += step.waits
         words.append([KINDS.index(step.kind), step.to, step.source, *send, *acc[:2], *into, step.handle])
     header = [place.size, place.rank, place.address, place.slot, DEPTH, place.stride,
-              TYPE_CODES.get(dtype, len(TYPE_CODES)), OPS.get(coll.op, 0),
+              TYPE_CODES.get(dtype, len(TYPE_CODES)), OP_CODES.get(coll.op, 0),
               0 if tabled is None else tabled.__array_interface__["data"][0],
               scratch.__array_interface__["data"][0], len(steps), handles, SPINS, len(waits)]
     assert len(header) == _compiled_engine.HEADER_WORDS
