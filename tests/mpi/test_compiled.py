@@ -141,3 +141,40 @@ def test_the_engine_setting_is_refused_when_unknown():
             run_with("fast", lambda: algorithms.allreduce(np.ones(4, np.float32), comm=comm))
     finally:
         comm.Free()
+
+
+def test_a_wait_lets_other_threads_run(engines):
+    """Rank 0 waits in the compiled engine for a rank that comes 0.3 s late; meanwhile a thread of
+    rank 0's counts on at its own rate (the wait let go of the GIL) instead of standing still."""
+    comm = engines["compiled"]
+    if comm.Get_size() < 2:
+        pytest.skip("a wait needs a peer")
+    import threading
+    import time
+
+    x, out = np.ones(4, np.float32), np.empty(4, np.float32)
+    run_with("compiled", lambda: algorithms.allreduce(x, out, algorithm="rd", comm=comm))  # bound before
+    counted, stop = [0], threading.Event()
+
+    def count():
+        while not stop.is_set():
+            counted[0] += 1
+    thread = threading.Thread(target=count)
+    comm.Barrier()
+    if comm.Get_rank() == 0:
+        thread.start()
+        time.sleep(0.01)
+        start = counted[0]
+        time.sleep(0.05)  # the thread alone: its rate
+        rate, before = (counted[0] - start) / 0.05, counted[0]
+    else:
+        time.sleep(0.35)
+    run_with("compiled", lambda: algorithms.allreduce(x, out, algorithm="rd", comm=comm, check=False))
+    if comm.Get_rank() == 0:
+        during = counted[0] - before
+        stop.set()
+        thread.join()
+        # about 0.3 s of counting; a wait that held the GIL would leave it one switch interval (5 ms)
+        assert during > 0.1 * rate, (during, rate)
+    assert np.array_equal(out, np.full(4, comm.Get_size(), np.float32))
+    assert engines_bound(comm) == {"algorithms.runtime.compiled"}
