@@ -14,6 +14,7 @@ from ..settings import rank_list
 
 #: The fields ranks must agree on, in wire order.
 FIELDS = ("collective", "count", "dtype", "op", "algorithm", "tree")
+_KEPT = "packed"  # the key under which a fields dict keeps its packed vector (:func:`agree`)
 
 
 def agree(comm, name, problem, fields, describe):
@@ -21,17 +22,24 @@ def agree(comm, name, problem, fields, describe):
 
     ``problem`` is this rank's validation error (or None); ``fields`` maps each
     name of :data:`FIELDS` to an int (-1 when unknown); ``describe(field, value)``
-    turns a value into text for the message.
+    turns a value into text for the message. A ``fields`` dict keeps its packed vector, so a
+    repeated call packs nothing: its values must not change once passed.
     """
-    values = [int(fields[f]) for f in FIELDS]
-    packed = np.array([1 if problem else 0, *values, *(-v for v in values)], dtype=np.int64)
-    extremes = np.empty_like(packed)
+    kept = None if problem else fields.get(_KEPT)
+    if kept is None:  # packed once per fields: a caller that passes the same fields again finds them
+        values = [int(fields[f]) for f in FIELDS]
+        packed = np.array([1 if problem else 0, *values, *(-v for v in values)], dtype=np.int64)
+        kept = (packed, np.empty_like(packed), None if problem else packed.tobytes())
+        if not problem:
+            fields[_KEPT] = kept
+    packed, extremes, alike = kept
     comm.Allreduce(packed, extremes, op=MPI.MAX)
+    if extremes.tobytes() == alike:  # no rank failed, and every field's maximum is every rank's own
+        return
+    values = [int(fields[f]) for f in FIELDS]
     k = len(values)
     failed = extremes[0] > 0
     differing = [f for i, f in enumerate(FIELDS) if extremes[1 + i] != -extremes[1 + k + i]]
-    if not failed and not differing:
-        return
     local = (type(problem).__name__, str(problem)) if problem else None
     reports = comm.allgather((local, values))
     if failed:
