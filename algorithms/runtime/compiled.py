@@ -15,12 +15,14 @@ every rank runs the same engine.
 """
 
 import json
+import math
 
 import numpy as np
 from mpi4py import MPI
 
 from plumbing.shm import ShmTooSmall
 
+from ..arrays import data_pointer
 from ..dtypes import DTYPES
 from ..ops import OPS
 from ..settings import is_set, setting, size_text
@@ -46,6 +48,7 @@ SLOT_BYTES, DEPTH = 8 << 10, 4  # a channel's slots (fewer bytes where many rank
 CHANNELS_BYTES = 16 << 20  # at most this much for all the node's channels
 SPINS = 64  # polls before a wait gives its core away
 LINE = 64
+RESOURCE = "compiled-engine"  # the name the channels are kept under, per communicator
 _TABLES = {}
 
 
@@ -138,37 +141,37 @@ def pin(comm, engine):
 
 def channels(coll):
     """The communicator's :class:`Channels`, built on first use (collective)."""
-    return coll.private.resource("compiled-engine", Channels)
+    return coll.private.resource(RESOURCE, Channels)
+
+
+def decision(private, xp, transport):
+    """``(limit, why)``: the longest vector (bytes) whose plan the compiled engine runs on
+    ``private``'s communicator for vectors of module ``xp`` carried by ``transport`` (None: none),
+    and that choice in words (collective the first time: it may build the channels)."""
+    engine = private.engine or setting("ALLREDUCE_ENGINE")
+    if engine == "python":
+        return None, "python (ALLREDUCE_ENGINE=python)"
+    if xp is not np:
+        return None, "python (the compiled engine runs NumPy vectors)"
+    place = private.resource(RESOURCE, Channels)
+    if not place.usable:
+        return None, f"python (the compiled engine cannot run: {place.note})"
+    if engine == "compiled":
+        return math.inf, "compiled (ALLREDUCE_ENGINE=compiled)"
+    if not isinstance(transport, SharedMemoryTransport):
+        return None, "python (ALLREDUCE_ENGINE=auto: the transport is not the node's shared memory)"
+    return place.limit, f"compiled up to {size_text(place.limit)}, python above ({place.limit_from})"
 
 
 def chosen(coll, nbytes):
-    """Whether the compiled engine runs a plan of ``nbytes`` vectors on ``coll`` (collective on
-    the first call of a communicator: it builds the channels)."""
-    engine = coll.private.engine or setting("ALLREDUCE_ENGINE")
-    if engine == "python" or coll.xp is not np:
-        return False
-    place = channels(coll)
-    if engine == "auto" and (nbytes > place.limit or not isinstance(coll.transport, SharedMemoryTransport)):
-        return False
-    return place.usable
+    """Whether the compiled engine runs a plan of ``nbytes`` vectors on ``coll`` (:func:`decision`)."""
+    limit = decision(coll.private, coll.xp, coll.transport)[0]
+    return limit is not None and nbytes <= limit
 
 
 def describe(private, xp, transport):
-    """Which engine runs a plan on ``private``'s communicator for vectors of module ``xp`` carried
-    by ``transport``, in words, by size (collective the first time: it may build the channels)."""
-    engine = private.engine or setting("ALLREDUCE_ENGINE")
-    if engine == "python":
-        return "python (ALLREDUCE_ENGINE=python)"
-    if xp is not np:
-        return "python (the compiled engine runs NumPy vectors)"
-    place = private.resource("compiled-engine", Channels)
-    if not place.usable:
-        return f"python (the compiled engine cannot run: {place.note})"
-    if engine == "compiled":
-        return "compiled (ALLREDUCE_ENGINE=compiled)"
-    if not isinstance(transport, SharedMemoryTransport):
-        return "python (ALLREDUCE_ENGINE=auto: the transport is not the node's shared memory)"
-    return f"compiled up to {size_text(place.limit)}, python above ({place.limit_from})"
+    """Which engine runs a plan, by size, in words (:func:`decision`)."""
+    return decision(private, xp, transport)[1]
 
 
 def program(coll, steps, count, dtype):
@@ -194,8 +197,8 @@ def program(coll, steps, count, dtype):
         words.append([KINDS.index(step.kind), step.to, step.source, *send, *acc[:2], *into, step.handle])
     header = [place.size, place.rank, place.address, place.slot, DEPTH, place.stride,
               TYPE_CODES.get(dtype, len(TYPE_CODES)), OP_CODES.get(coll.op, 0),
-              0 if tabled is None else tabled.__array_interface__["data"][0],
-              scratch.__array_interface__["data"][0], len(steps), handles, SPINS, len(waits)]
+              0 if tabled is None else data_pointer(tabled), data_pointer(scratch), len(steps), handles, SPINS,
+              len(waits)]
     assert len(header) == _compiled_engine.HEADER_WORDS
     flat = np.array(header + [w for step in words for w in step] + waits, dtype=np.int64)
     return flat.tobytes(), (scratch, tabled)  # the second keeps the memory the header points to
@@ -213,11 +216,13 @@ def bind(coll, steps, count, dtype, names, kept_bytes):
         found = [0, 0, 0]
         for slot, vector in zip(slots, vectors):
             if vector is not None:  # a reduce-scatter's partial sums in scratch: None
-                found[slot] = vector.__array_interface__["data"][0]
+                found[slot] = data_pointer(vector)
         return found
 
     if count * dtype.itemsize > kept_bytes:
-        return lambda *vectors: run(code, *addresses(vectors))
+        def run_each(*vectors, keep=keep):  # keep: the scratch the program points into stays alive
+            run(code, *addresses(vectors))
+        return run_each
     last = [None, None, None, 0, 0, 0, keep]
     if names == ("input", "output"):
         def run_two(sendbuf, recvbuf):

@@ -70,8 +70,10 @@ def random_input(dtype, count, rank, salt):
 
 
 def counts(size):
-    """Uneven counts, and 5000 elements: many slots' worth (a slot holds 8 KiB)."""
-    return sorted({0, 1, size - 1, size + 1, 37, 3 * size + 2, 5000} if FEW else {0, size + 1, 37, 5000})
+    """Uneven counts, 5000 elements (many slots' worth: a slot holds 8 KiB) and, up to 3 ranks, 20000
+    (over the 64 KiB up to which a bound plan keeps its vectors' addresses, in every dtype from 4
+    bytes: a path that does not depend on the rank count)."""
+    return sorted({0, 1, size - 1, size + 1, 37, 3 * size + 2, 5000, 20000} if FEW else {0, size + 1, 37, 5000})
 
 
 def same_bits(a, b):
