@@ -4,6 +4,12 @@ Python engine runs every plan (``algorithms.runtime.compiled.MISSING`` says why)
 
 from setuptools import Extension, setup
 
+try:  # the C reads a NumPy array's fields through NumPy's header (no NumPy: no extension, as without a compiler)
+    from numpy import get_include
+    NUMPY = [get_include()]
+except ImportError:
+    NUMPY = []
+
 setup(ext_modules=[Extension("algorithms.runtime._compiled_engine", ["algorithms/runtime/compiled_engine.c"],
-                             depends=["algorithms/kernels/bfloat16.h"],
+                             depends=["algorithms/kernels/bfloat16.h"], include_dirs=NUMPY,
                              extra_compile_args=["-O2", "-ffp-contract=off", "-fno-fast-math"], optional=True)])

@@ -14,6 +14,7 @@ Python engine: :func:`note` says why). Each side of the choice is the same on ev
 every rank runs the same engine.
 """
 
+import functools
 import json
 import math
 
@@ -230,6 +231,7 @@ def bind(coll, steps, count, dtype, names, kept_bytes):
                 last[0], last[1] = sendbuf, recvbuf
                 last[3:6] = addresses((sendbuf, recvbuf))
             run(code, last[3], last[4], last[5])
+        run_two.program = code  # what repeat_checks runs in one call of C
         return run_two
 
     def run_any(*vectors):
@@ -238,3 +240,31 @@ def bind(coll, steps, count, dtype, names, kept_bytes):
             last[3:6] = addresses(vectors)
         run(code, last[3], last[4], last[5])
     return run_any
+
+
+def repeat_checks(runner, sendbuf, recvbuf):
+    """``(matches, run_if_same)`` for calls repeated on these two 1-D NumPy arrays (``runner``
+    their all-reduce, bound): ``matches(a, b)`` says whether a and b are these arrays as they are now in
+    all that can change in place (dtype, shape, strides, flags, data), and ``run_if_same(a, b)`` runs
+    ``runner`` where they are, returning whether it did. Both are one call of C where the
+    extension is built (``run_if_same`` runs the compiled engine's program itself); else NumPy's
+    attributes read in Python."""
+    if MISSING is None:
+        kept = _compiled_engine.fingerprint(sendbuf, recvbuf)
+        matches = functools.partial(_compiled_engine.matches, kept)
+        program = getattr(runner, "program", None)
+        if program is not None:
+            return matches, functools.partial(_compiled_engine.run_if_same, program, kept)
+    else:
+        dtype, shape, strides = sendbuf.dtype, sendbuf.shape, sendbuf.strides
+
+        def matches(a, b):
+            return (a.dtype is dtype and b.dtype is dtype and a.shape == shape == b.shape and a.strides == strides
+                    == b.strides and b.flags.writeable)
+
+    def run_if_same(a, b):
+        if matches(a, b):
+            runner(a, b)
+            return True
+        return False
+    return matches, run_if_same

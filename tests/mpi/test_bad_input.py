@@ -2,6 +2,7 @@
 communicator usable (no stray messages, no rank left waiting)."""
 
 import time
+import warnings
 import weakref
 
 import numpy as np
@@ -216,12 +217,19 @@ def test_bad_buffers_after_a_good_call_of_their_shape(comm, algorithm):
 @pytest.mark.parametrize("algorithm", ["ring", "rd", "oneshot", "native", "auto"])
 def test_the_same_vectors_changed_in_place_are_checked_again(comm, algorithm):
     """A repeat of the last call on the same two vectors checks only what can change in place
-    (executor.LAST_CALL): each such change is refused as the full validation refuses it, on
-    one rank alone too, and a valid change (both vectors reinterpreted as int32) runs as int32."""
+    (executor.LAST_CALL, compiled.repeat_checks): each such change is refused as the full validation
+    refuses it, on one rank alone too and without the agreement check, and a valid change (both
+    vectors reinterpreted as int32) runs as int32."""
+    def restrided(buf):
+        with warnings.catch_warnings():  # setting strides is deprecated from NumPy 2.4, and still works
+            warnings.simplefilter("ignore", DeprecationWarning)
+            buf.strides = (0,)
+
     def changes():
         yield ValueError, "recvbuf is read-only", lambda buf: setattr(buf.flags, "writeable", False)
         yield ValueError, r"recvbuf must be 1-D, got shape \(2, 5\)", lambda buf: setattr(buf, "shape", (2, 5))
         yield TypeError, "recvbuf dtype int32 differs from sendbuf dtype float32", lambda buf: setattr(buf, "dtype", np.int32)
+        yield ValueError, "recvbuf must be contiguous", restrided
 
     for error, message, change in changes():
         for on in [range(comm.size)] + ([[1]] if comm.size > 1 else []):  # every rank, then rank 1 alone
@@ -233,6 +241,13 @@ def test_the_same_vectors_changed_in_place_are_checked_again(comm, algorithm):
             where = r".* \(on rank 1\)" if on == [1] else ""
             raises_everywhere(comm, error, message + where,
                               lambda: algorithms.allreduce(sendbuf, recvbuf, algorithm=algorithm))
+        sendbuf, recvbuf = x32(), x32()
+        for _ in range(3):  # unchecked, every rank changing its vector: each refuses it alone
+            algorithms.allreduce(sendbuf, recvbuf, algorithm=algorithm, check=False)
+        change(recvbuf)
+        with pytest.raises(error, match=message):
+            algorithms.allreduce(sendbuf, recvbuf, algorithm=algorithm, check=False)
+        comm.Barrier()
     sendbuf, recvbuf = x32(), x32()
     for _ in range(3):
         algorithms.allreduce(sendbuf, recvbuf, algorithm=algorithm, check=False)
