@@ -81,11 +81,11 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None, c
                         and recvbuf.flags.writeable and (recvbuf is sendbuf or sendbuf.base is None and recvbuf.base
                                                          is None or not overlaps(sendbuf, recvbuf))):
                     if check:
-                        agree(private.comm, "allreduce", None, fields, _describe)
+                        agree(private, "allreduce", None, fields, _describe)
                     runner(sendbuf, recvbuf)
                     if sendbuf.nbytes <= SAME_VECTORS_BYTES:
                         LAST_CALL[0] = (sendbuf, recvbuf, algorithm, op, comm,
-                                        *compiled.repeat_checks(runner, sendbuf, recvbuf), runner, private.comm, fields)
+                                        *compiled.repeat_checks(runner, sendbuf, recvbuf), runner, private, fields)
                     return recvbuf
     chosen = _common_case(sendbuf, recvbuf, op, algorithm, tree, bandwidth)
     if chosen is not None:
@@ -97,7 +97,7 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=None, c
             own_tree = tree_for("binomial", private.size) if chosen.tree_method == "binomial" else None
             fields = _fields("allreduce", sendbuf.size, sendbuf, op, algorithm, own_tree)
             if check:
-                agree(private.comm, "allreduce", None, fields, _describe)
+                agree(private, "allreduce", None, fields, _describe)
         coll, result, plan = private.contexts.get((np, op)) or private.collective(np, op), recvbuf, None
     else:
         coll, result, plan = _prepare("allreduce", sendbuf, op, algorithm, comm, check,
@@ -265,7 +265,7 @@ def alloc_registered(count, dtype="float32", comm=None):
             raise ValueError(f"count must be a non-negative integer, got {count!r}")
     except (TypeError, ValueError) as exc:
         problem = exc
-    agree(private.comm, "alloc_registered", problem, dict.fromkeys(FIELDS, 0), _describe)
+    agree(private, "alloc_registered", problem, dict.fromkeys(FIELDS, 0), _describe)
     return private.resource("registered", Registry).alloc(int(count) * dtype.itemsize).view(dtype)
 
 
@@ -279,7 +279,7 @@ def free_registered(vector, comm=None):
         index = registry.index_of(vector)
     except (TypeError, ValueError) as exc:
         problem = exc
-    agree(private.comm, "free_registered", problem, {**dict.fromkeys(FIELDS, 0), "count": index},
+    agree(private, "free_registered", problem, {**dict.fromkeys(FIELDS, 0), "count": index},
           lambda field, value: f"the vector of alloc_registered call {value}")
     registry.unregister(index)
 
@@ -390,7 +390,7 @@ def _prepare(name, sendbuf, op, algorithm, comm, check, validate):
     except (TypeError, ValueError) as exc:
         problem = exc
     if check:
-        agree(comm, name, problem, _fields(name, count, sendbuf, op, algorithm, plan), _describe)
+        agree(private, name, problem, _fields(name, count, sendbuf, op, algorithm, plan), _describe)
     elif problem is not None:
         raise problem
     return private.collective(xp, op), result, plan

@@ -176,12 +176,19 @@ def describe(private, xp, transport):
 
 
 def program(coll, steps, count, dtype):
-    """The bytes the C engine runs: its header, each step's words, then the waits' handles."""
-    place = channels(coll)
+    """The bytes the C engine runs for ``steps`` on ``coll`` (:func:`program_on`), its scratch the
+    context's workspace."""
+    scratch = coll.scratch(dtype, scratch_length(steps), "engine")
+    return program_on(channels(coll), steps, dtype, coll.op, scratch)
+
+
+def program_on(place, steps, dtype, op, scratch):
+    """The bytes the C engine runs over channels ``place`` (:class:`Channels`): its header, each
+    step's words, then the waits' handles; and what must stay alive while it may run (the memory
+    the header points to). ``op`` None: a plan that reduces nothing (an all-gather)."""
     itemsize = dtype.itemsize
     handles = 1 + max((s.handle for s in steps), default=-1)
-    scratch = coll.scratch(dtype, scratch_length(steps), "engine")
-    tabled = table(dtype, coll.op) if dtype in TABLED and coll.op is not None else None  # None: an all-gather
+    tabled = table(dtype, op) if dtype in TABLED and op is not None else None
     words, waits = [], []
 
     def piece(slice_):
@@ -197,12 +204,35 @@ def program(coll, steps, count, dtype):
             waits += step.waits
         words.append([KINDS.index(step.kind), step.to, step.source, *send, *acc[:2], *into, step.handle])
     header = [place.size, place.rank, place.address, place.slot, DEPTH, place.stride,
-              TYPE_CODES.get(dtype, len(TYPE_CODES)), OP_CODES.get(coll.op, 0),
+              TYPE_CODES.get(dtype, len(TYPE_CODES)), OP_CODES.get(op, 0),
               0 if tabled is None else data_pointer(tabled), data_pointer(scratch), len(steps), handles, SPINS,
               len(waits)]
     assert len(header) == _compiled_engine.HEADER_WORDS
     flat = np.array(header + [w for step in words for w in step] + waits, dtype=np.int64)
-    return flat.tobytes(), (scratch, tabled)  # the second keeps the memory the header points to
+    return flat.tobytes(), (scratch, tabled)
+
+
+def checker_on(private, steps, dtype, op):
+    """``checker(input, output, expected)``: a callable that runs ``steps`` (an all-reduce's, on those
+    two arrays) by the C engine over ``private``'s channels and says whether the output then is
+    ``expected`` (bytes), in one call of C; or None where the engine does not run on that
+    communicator (``ALLREDUCE_ENGINE=python``, ranks on several nodes, no extension): for the
+    library's own agreement check (collective the first time: it may build the channels; the
+    answer is the same on every rank)."""
+    if (private.engine or setting("ALLREDUCE_ENGINE")) == "python":
+        return None
+    place = private.resource(RESOURCE, Channels)
+    if not place.usable:
+        return None
+    scratch = np.empty(scratch_length(steps), dtype)
+    code, keep = program_on(place, steps, dtype, op, scratch)
+
+    def checker(input, output, expected):
+        run = functools.partial(_compiled_engine.run_expecting, code, data_pointer(input), data_pointer(output),
+                                expected)
+        run.keep = (keep, input, output)  # the memory the program and the addresses point to
+        return run
+    return checker
 
 
 def bind(coll, steps, count, dtype, names, kept_bytes):

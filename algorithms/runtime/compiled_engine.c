@@ -380,6 +380,28 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return run_program(args[0], vectors[0], vectors[1], vectors[2]);
 }
 
+/* run_expecting(program, input, output, expected): the plan on the vectors at those addresses, then
+ * whether the output's first len(expected) bytes are ``expected`` (the agreement's one check). */
+static PyObject *run_expecting(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    char *vectors[2];
+    if (nargs != 4 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "run_expecting(program: bytes, input: int, output: int, expected: bytes)");
+        return NULL;
+    }
+    for (int v = 0; v < 2; v++) {
+        vectors[v] = (char *)PyLong_AsVoidPtr(args[v + 1]);
+        if (vectors[v] == NULL && PyErr_Occurred())
+            return NULL;
+    }
+    PyObject *done = run_program(args[0], vectors[0], vectors[1], NULL);
+    if (done == NULL)
+        return NULL;
+    Py_DECREF(done);
+    return PyBool_FromLong(!memcmp(vectors[1], PyBytes_AS_STRING(args[3]), (size_t)PyBytes_GET_SIZE(args[3])));
+}
+
 /* ---- the same two vectors as the last call ----
  *
  * A call repeated on the same two arrays is run on what it checked then, once what can change in
@@ -474,6 +496,8 @@ static PyObject *run_if_same(PyObject *self, PyObject *const *args, Py_ssize_t n
 
 static PyMethodDef methods[] = {
     {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL, "run(program, input, output, partial): one rank's plan"},
+    {"run_expecting", (PyCFunction)(void (*)(void))run_expecting, METH_FASTCALL,
+     "run_expecting(program, input, output, expected): the plan, then whether the output begins with expected"},
     {"fingerprint", (PyCFunction)(void (*)(void))fingerprint, METH_FASTCALL,
      "fingerprint(a, b): what can change in place of two 1-D NumPy arrays, recorded"},
     {"matches", (PyCFunction)(void (*)(void))matches, METH_FASTCALL, "matches(print, a, b): a and b as recorded"},

@@ -151,7 +151,7 @@ def _free_before_finalize():
 LAST_USED = [None, None]  # (user communicator, its Private): most calls reuse the last one
 #: the last all-reduce that ran a kept runner on two vectors small enough to be referenced here
 #: (collectives.allreduce): (sendbuf, recvbuf, algorithm, op, comm as passed, matches, run_if_same
-#: (compiled.repeat_checks), runner, the private duplicate of comm, agreement fields); NO_CALL
+#: (compiled.repeat_checks), runner, the Private of comm, agreement fields); NO_CALL
 #: matches no call
 NO_CALL = (object(),) * 10
 LAST_CALL = [NO_CALL]
