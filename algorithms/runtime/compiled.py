@@ -216,13 +216,15 @@ def checker_on(private, steps, dtype, op):
     """``checker(input, output, expected)``: a callable that runs ``steps`` (an all-reduce's, on those
     two arrays) by the C engine over ``private``'s channels and says whether the output then is
     ``expected`` (bytes), in one call of C; or None where the engine does not run on that
-    communicator (``ALLREDUCE_ENGINE=python``, ranks on several nodes, no extension): for the
+    communicator (``ALLREDUCE_ENGINE=python``, ranks on several nodes, no extension, more
+    messages in flight than the engine keeps): for the
     library's own agreement check (collective the first time: it may build the channels; the
     answer is the same on every rank)."""
     if (private.engine or setting("ALLREDUCE_ENGINE")) == "python":
         return None
-    place = private.resource(RESOURCE, Channels)
-    if not place.usable:
+    place = private.resource(RESOURCE, Channels)  # usable or not alike on every rank
+    in_flight = max(sum(s.kind == "isend" for s in steps), sum(s.kind.startswith("irecv") for s in steps))
+    if not place.usable or in_flight > _compiled_engine.MAX_PENDING:
         return None
     scratch = np.empty(scratch_length(steps), dtype)
     code, keep = program_on(place, steps, dtype, op, scratch)

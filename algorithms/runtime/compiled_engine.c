@@ -513,7 +513,8 @@ PyMODINIT_FUNC PyInit__compiled_engine(void)
     main_thread = PyThread_get_thread_ident();
     PyObject *m = PyModule_Create(&module);
     if (m && (PyModule_AddIntConstant(m, "HEADER_WORDS", H_WORDS) || PyModule_AddIntConstant(m, "STEP_WORDS", S_WORDS)
-              || PyModule_AddIntConstant(m, "LINE", LINE))) {
+              || PyModule_AddIntConstant(m, "LINE", LINE)
+              || PyModule_AddIntConstant(m, "MAX_PENDING", MAX_PENDING))) {
         Py_DECREF(m);
         return NULL;
     }

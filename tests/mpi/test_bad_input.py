@@ -1,6 +1,7 @@
 """Bad arguments raise a clear error on every rank, within seconds, and leave the
 communicator usable (no stray messages, no rank left waiting)."""
 
+import os
 import time
 import warnings
 import weakref
@@ -10,6 +11,8 @@ import pytest
 from conftest import options
 
 import algorithms
+from algorithms.runtime import agreement, compiled
+from algorithms.runtime.executor import private_comm
 from topology import binomial_tree
 
 pytestmark = pytest.mark.mpi
@@ -181,6 +184,34 @@ def test_one_rank_asks_avg_of_integers(comm):
     dtype = np.int32 if comm.rank == 0 else np.float32
     raises_everywhere(comm, TypeError, r"^allreduce: op 'avg' needs a floating dtype, got int32; use 'sum' \(on rank 0\)$",
                       lambda: algorithms.allreduce(np.ones(4, dtype), op="avg"))
+
+
+@pytest.mark.parametrize("engine", ["python", "compiled"])
+def test_the_agreement_refuses_a_mismatch_on_either_engine(comm, engine):
+    """The agreement's all-reduce is one step of the compiled engine within a node, and
+    MPI_Allreduce under ALLREDUCE_ENGINE=python (or wherever the compiled engine cannot run);
+    either way a mismatch, and one rank's problem, raise on every rank."""
+    before = os.environ.get("ALLREDUCE_ENGINE")
+    os.environ["ALLREDUCE_ENGINE"] = engine
+    mine = comm.Dup()
+    try:
+        algorithms.allreduce(x32(), comm=mine)
+        maximum = private_comm(mine).resources[agreement.RESOURCE]
+        assert (maximum.compiled is not None) == (engine == "compiled" and compiled.MISSING is None)
+        if comm.size > 1:
+            with pytest.raises(ValueError, match="ranks disagree about count: 11 on rank 0"):
+                algorithms.allreduce(x32(10 if comm.rank else 11), comm=mine)
+            with pytest.raises(ValueError, match=r"sendbuf must be 1-D, got shape \(2, 5\).* \(on rank 1\)$"):
+                algorithms.allreduce(x32().reshape(2, 5) if comm.rank == 1 else x32(), comm=mine)
+        x = np.full(3, comm.rank + 1, np.int64)
+        algorithms.allreduce(x, comm=mine)
+        assert (x == comm.size * (comm.size + 1) // 2).all()
+    finally:
+        mine.Free()
+        if before is None:
+            del os.environ["ALLREDUCE_ENGINE"]
+        else:
+            os.environ["ALLREDUCE_ENGINE"] = before
 
 
 def _bad_recvbufs():

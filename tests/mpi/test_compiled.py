@@ -136,6 +136,18 @@ def test_halves_run_the_same_bits_on_both_engines(engines, half):
     assert engines_bound(engines["compiled"]) == {"algorithms.runtime.compiled"}
 
 
+def test_a_plan_with_more_messages_in_flight_than_the_engine_keeps_is_not_compiled():
+    """The agreement's plan (a message to every other rank) goes to MPI where the node has more
+    ranks than the engine keeps messages in flight."""
+    from algorithms.runtime import _compiled_engine, plan
+
+    many = tuple(plan.isend(0, ("input", 0, 1), h) for h in range(_compiled_engine.MAX_PENDING + 1))
+    few = many[:_compiled_engine.MAX_PENDING]
+    private = private_comm(MPI.COMM_WORLD)
+    assert compiled.checker_on(private, many, np.dtype(np.int64), "max") is None
+    assert compiled.checker_on(private, few, np.dtype(np.int64), "max") is not None
+
+
 def test_the_engine_setting_is_refused_when_unknown():
     comm = MPI.COMM_WORLD.Dup()
     try:
