@@ -300,7 +300,7 @@ def test_plan_fit_prices_every_algorithm_it_times(ranks, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     document = json.loads(out.read_text())
     assert document["ranks"] == ranks and len(document["fits"]) == 3
-    assert all(fit["alpha_us"] > 0 for fit in document["fits"])
+    assert all(fit["alpha_us"] > 0 and fit["call_us"] >= 0 for fit in document["fits"])
     rows = {(row["bytes"], row["algorithm"]): row for row in document["rows"]}
     assert set(rows) == {(size, name) for size in (8, 64, 512) for name in FITTED}
     for row in rows.values():

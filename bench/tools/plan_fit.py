@@ -1,17 +1,20 @@
 """``mpiexec -n N python -m bench plan-fit``: each algorithm's time at small sizes beside what the
 cost model prices its plan at, from the time of one message measured through the same engine.
 
-Each round times, at every size, one reducing exchange with the ring's neighbours run by the
-plans' engine (``algorithms/runtime/engine.py``, the step the ring takes N-1 times), then every
-algorithm through the same engine (each algorithm's bound call, without the entry point's
-checks), the candidates in an order rotated each round. A straight line through that round's
-exchange times, α + m/β by least squares over the sizes, gives the links of a uniform network
-(``topology.model.Network.uniform``), on which each algorithm's plan is replayed
-(``topology/model/replay.py``) at each size. So each round gives a measured time and a price
-per algorithm and size; the table shows the medians with their 95% intervals and the paired
-ratio, measured over priced, with its interval, judged against 1 ± ``--within``: met where the
-interval lies inside, missed where it lies outside, a tie where it straddles a bound.
-"""
+Each round times, at every size, two probes run by the engine that runs the plans of that size
+(``algorithms/runtime/engine.py``'s choice: the compiled engine up to its threshold): one
+reducing exchange with the ring's neighbours (the step the ring takes N-1 times), and two such
+exchanges one after the other; then every algorithm through the same engine (each algorithm's
+bound call, without the entry point's checks), the candidates in an order rotated each round.
+The second exchange's time (the two probes' difference), α + m/β by least squares over the
+sizes, gives the links of a uniform network (``topology.model.Network.uniform``); what one
+exchange takes beyond it is the call's own cost c (entering and leaving the engine, paid once a
+call whatever its steps). Each algorithm's plan is replayed on those links
+(``topology/model/replay.py``) at each size and priced at c plus the replay. So each round gives
+a measured time and a price per algorithm and size; the table shows the medians with their 95%
+intervals and the paired ratio, measured over priced, with its interval, judged against
+1 ± ``--within``: met where the interval lies inside, missed where it lies outside, a tie where
+it straddles a bound."""
 
 import sys
 
@@ -37,7 +40,7 @@ from ..formats.tables import size_label
 
 #: the algorithms written as plans that run without a bandwidth matrix
 FITTED = tuple(name for name, record in REGISTERED.items() if record.steps is not None and not record.wants_bandwidth())
-PROBE = "exchange"
+PROBE, PROBE_TWICE = "exchange", "two exchanges"
 UNRESOLVED = 1000.0  # GB/s: β where a round's times did not grow with size (no bandwidth term to fit)
 
 
@@ -71,11 +74,24 @@ def main(argv):
     return 0
 
 
-def probe(coll, count):
-    """One reducing exchange of ``count`` float32 with the ring's neighbours, through the engine."""
-    right, left = (coll.rank + 1) % coll.size, (coll.rank - 1) % coll.size
-    steps = (sendrecv_reduce(right, ("input", 0, count), left, ("input", 0, count), ("output", 0, count)),)
-    return engine.bind(coll, steps, count, np.dtype(np.float32))
+def exchange_steps(size, rank, count, itemsize, times=1):
+    """The probes' plan: ``times`` reducing exchanges of ``count`` elements with the ring's
+    neighbours, one after the other (each reduces what it receives into the output)."""
+    right, left = (rank + 1) % size, (rank - 1) % size
+    whole = ("input", 0, count)
+    first = sendrecv_reduce(right, whole, left, whole, ("output", 0, count))
+    again = sendrecv_reduce(right, whole, left, ("output", 0, count), ("output", 0, count))
+    return (first,) + (again,) * (times - 1)
+
+
+def exchanges_twice(size, rank, count, itemsize):
+    return exchange_steps(size, rank, count, itemsize, 2)
+
+
+def probe(coll, count, build=exchange_steps):
+    """The probe ``build`` makes on ``count`` float32, through the engine that runs the algorithms'
+    plans of that size (``engine.bound``: the compiled one where it runs)."""
+    return engine.bound(coll, build, count, np.dtype(np.float32))
 
 
 def measure(comm, names, sizes, rounds):
@@ -86,11 +102,11 @@ def measure(comm, names, sizes, rounds):
     for size in sizes:
         count = size // 4
         x, y = np.ones(count, np.float32), np.empty(count, np.float32)
-        exchange = probe(coll, count) if comm.Get_size() > 1 else None
+        once, twice = probe(coll, count), probe(coll, count, exchanges_twice)
         for name in names:  # a first call builds what an algorithm builds collectively (hier's nodes)
             algorithms.allreduce(x, y, algorithm=name, comm=comm, check=False)
         runners = {name: coll.runner(algorithms.ALGORITHMS[name], count, x.dtype) for name in names}
-        calls[size] = {PROBE: (lambda run=exchange: run(x, y)) if exchange else (lambda: None),
+        calls[size] = {PROBE: lambda run=once: run(x, y), PROBE_TWICE: lambda run=twice: run(x, y),
                        **{name: (lambda run=run: run(x, y)) for name, run in runners.items()}}
     samples = {size: {name: [] for name in calls[size]} for size in sizes}
     for index in range(rounds):
@@ -103,23 +119,23 @@ def measure(comm, names, sizes, rounds):
 
 
 def price(nodes, names, sizes, samples):
-    """(each round's fit ``{"alpha_us", "beta_GBps"}``, the rows): each round's α and β from its
-    exchanges, and each plan (hier's on the ranks' ``nodes``) replayed on uniform links of those
-    at each size."""
+    """(each round's fit ``{"call_us", "alpha_us", "beta_GBps"}``, the rows): each round's α and β
+    from its second exchanges (:func:`fit`), and each plan (hier's on the ranks' ``nodes``) replayed
+    on uniform links of those at each size, plus the call's own cost."""
     n, rounds = len(nodes), len(samples[sizes[0]][PROBE])
     fits, priced = [], {(size, name): [] for size in sizes for name in names}
     for r in range(rounds):
-        times = np.array([samples[size][PROBE][r] for size in sizes])
-        slope, alpha = np.polyfit(np.array(sizes, dtype=float), times, 1) if len(sizes) > 1 else (0.0, times[0])
-        alpha, beta = max(alpha, 1e-9), 1.0 / slope if slope > 0 else UNRESOLVED * 1e9
-        fits.append({"alpha_us": alpha * 1e6, "beta_GBps": beta / 1e9})
+        once = np.array([samples[size][PROBE][r] for size in sizes])
+        twice = np.array([samples[size][PROBE_TWICE][r] for size in sizes])
+        call, alpha, beta = fit(np.array(sizes, dtype=float), once, twice)
+        fits.append({"call_us": call * 1e6, "alpha_us": alpha * 1e6, "beta_GBps": beta / 1e9})
         network = Network.uniform(n, beta / 1e9, alpha * 1e6, nodes=nodes, intra_GBps=beta / 1e9)
         for size in sizes:
             for name in names:
                 record = REGISTERED[name]
                 extra = () if record.plan_input is None else (record.plan_input(n, None, nodes),)
                 plan = [record.steps(n, k, size // 4, 4, *extra) for k in range(n)]
-                priced[size, name].append(replay(plan, 4, network).seconds)
+                priced[size, name].append(call + replay(plan, 4, network).seconds)
     rows = []
     for size in sizes:
         for name in names:
@@ -130,12 +146,26 @@ def price(nodes, names, sizes, samples):
     return fits, rows
 
 
+def fit(sizes, once, twice):
+    """``(call, alpha, beta)`` in seconds and bytes a second from one round's times of one exchange
+    (``once``) and of two (``twice``) at each of ``sizes`` bytes: the second exchange, ``twice -
+    once``, is α + m/β (least squares); the call's own cost is what one exchange takes beyond
+    that (its median over the sizes, at least 0)."""
+    step = twice - once
+    slope, alpha = np.polyfit(sizes, step, 1) if len(sizes) > 1 else (0.0, step[0])
+    alpha, beta = max(alpha, 1e-9), 1.0 / slope if slope > 0 else UNRESOLVED * 1e9
+    call = max(float(np.median(once - (alpha + sizes / beta))), 0.0)
+    return call, alpha, beta
+
+
 def lines(n, fits, rows, within):
+    call = median_interval([f["call_us"] for f in fits])
     alpha = median_interval([f["alpha_us"] for f in fits])
     beta = median_interval([f["beta_GBps"] for f in fits])
     beta_text = (f"beta {beta.median:.2f} GB/s [{beta.low:.2f}, {beta.high:.2f}]" if beta.median < UNRESOLVED else
                  f"beta unresolved (in most rounds the times did not grow with size; {UNRESOLVED:g} GB/s taken)")
-    out = [f"# plan-fit: {n} ranks; one reducing exchange through the engine, fitted each round: alpha "
+    out = [f"# plan-fit: {n} ranks; one and two reducing exchanges through the engine, fitted each round: "
+           f"a call {call.median:.2f} us [{call.low:.2f}, {call.high:.2f}], a step's alpha "
            f"{alpha.median:.2f} us [{alpha.low:.2f}, {alpha.high:.2f}], {beta_text} (95% intervals over "
            f"{len(fits)} rounds)",
            f"# {'size':>8s}  {'algorithm':13s} {'measured us':>24s}  {'priced us':>9s}  "
