@@ -58,6 +58,8 @@ class Algorithm:
       starts from ``whole`` holding this rank's chunk at its place and leaves it whole.
     * ``reduce_scatter_schedule(model, nbytes)`` and ``all_gather_schedule(model, nbytes)``: how
       each half runs for the cost model, ``nbytes`` the whole vector (nccl-tests' size).
+    * ``plan_when_compiled``: its ``steps`` run only on the compiled engine, where it runs plans
+      of that size; elsewhere (longer vectors, the Python engine) its own ``allreduce`` runs.
     * ``halves_take_no_plan``: its halves use nothing ``prepare`` makes (hier: rings across nodes
       whatever ``ALLREDUCE_HIER_ACROSS``), so they need no ``bandwidth=``; one given is checked.
     * ``received(n, nbytes)``: ``(reduced, copied)``, the bytes of the messages that all ``n``
@@ -89,6 +91,7 @@ class Algorithm:
     all_gather_schedule: Optional[Callable] = None
     halves_take_no_plan: bool = False
     received: Optional[Callable] = relayed
+    plan_when_compiled: bool = False
 
     def runs(self, collective):
         """Whether it runs ``collective`` ("allreduce", "reduce_scatter" or "all_gather")."""

@@ -243,10 +243,12 @@ def engine_in_use(xp, comm=None, algorithm=None):
     (:func:`.runtime.compiled.describe`); what runs an algorithm that is not a plan, and
     ``auto``'s choice among them. Collective the first time for each communicator."""
     private = private_comm(MPI.COMM_WORLD if comm is None else comm)
-    text = compiled.describe(private, xp, private.transport(xp))
+    record = ALGORITHMS.get(algorithm) if isinstance(algorithm, str) else None
+    other = "its own code" if record is not None and record.plan_when_compiled else "python"
+    text = compiled.describe(private, xp, private.transport(xp), other)
     if algorithm == "auto":
         return f"{text}, where the algorithm it picks is a plan"
-    if algorithm in ALGORITHMS and ALGORITHMS[algorithm].steps is None:
+    if record is not None and record.steps is None:
         return "none: it runs its own code, not a plan"
     return text
 

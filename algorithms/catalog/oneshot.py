@@ -19,6 +19,9 @@ stores reach other cores in program order and whose loads are not reordered with
 buffer (``ALLREDUCE_ONESHOT_BYTES``, 64 KiB) goes in pieces, each piece a round. Every rank
 reads every other rank's buffer, (N-1) M per rank, so it pays only for small vectors; where the
 ranks span nodes, or for CuPy buffers, it is recursive doubling (:mod:`.recursive_doubling`).
+Where the compiled engine runs plans of the vector's size it runs the same algorithm as a plan
+(:func:`steps`) instead: every rank's vector to every other through the engine's channels, one
+step, the same reduction order.
 """
 
 import dataclasses
@@ -27,6 +30,7 @@ import math
 import numpy as np
 
 from . import recursive_doubling
+from ..runtime.plan import one_step
 from ..runtime.posted import ROUND_MESSAGES, all_to_all, over_boxes
 from ..settings import setting
 from ..runtime.transports.boxes import Boxes, wait
@@ -72,6 +76,13 @@ def _round(boxes, dtype, count):
     return one_round
 
 
+def steps(size, rank, count, itemsize):
+    """Its plan (:mod:`..runtime.plan`), which the compiled engine runs up to its threshold:
+    :func:`..runtime.plan.one_step`, each rank's vector sent to every other through the engine's
+    channels and all N reduced by every rank in rank order (the rounds' arithmetic, the same bits)."""
+    return one_step(size, rank, count)
+
+
 def schedule(model, m):
     """On one node, ceil(M/C) rounds (C the one-shot buffer), in each every rank reading every
     other's piece at once, a round starting in half a message's time (a counter in shared
@@ -85,5 +96,5 @@ def schedule(model, m):
 
 
 # on device buffers it runs recursive doubling, whose messages are what it receives there
-ALGORITHM = dataclasses.replace(over_boxes("oneshot", OneShotWindow, recursive_doubling.allreduce, schedule),
-                                received=recursive_doubling.received)
+ALGORITHM = dataclasses.replace(over_boxes("oneshot", OneShotWindow, recursive_doubling.allreduce, schedule,
+                                           steps=steps), received=recursive_doubling.received)

@@ -6,7 +6,7 @@ a single all-reduce (MAX) of ``[v, -v]`` yields every field's maximum
 and minimum. Only when something is wrong, which every rank then knows, a
 second collective gathers the details so the message can name the ranks.
 
-Within a node that all-reduce is one step of the compiled engine (:func:`everyone_steps`: every
+Within a node that all-reduce is one step of the compiled engine (:func:`.plan.one_step`: every
 rank sends its vector to every other and takes the maximum itself), else ``MPI_Allreduce``.
 """
 
@@ -15,7 +15,7 @@ from mpi4py import MPI
 
 from ..settings import rank_list
 from . import compiled
-from .plan import combine, copy, irecv, isend, wait
+from .plan import one_step
 
 #: The fields ranks must agree on, in wire order.
 FIELDS = ("collective", "count", "dtype", "op", "algorithm", "tree")
@@ -25,30 +25,12 @@ _NEVER = np.array([-1], np.int64).tobytes()
 RESOURCE = "agreement"  # the name its reduction is kept under, per communicator
 
 
-def everyone_steps(size, rank, count):
-    """A plan (:mod:`.plan`) of an all-reduce in one step: rank r sends its ``count`` elements to
-    every other rank and receives theirs, then reduces all N vectors itself in rank order (each
-    rank the same operations in the same order)."""
-    peers = [p for p in range(size) if p != rank]
-    whole = (0, count)
-    steps = [isend(p, ("input", *whole), i) for i, p in enumerate(peers)]
-    steps += [irecv(p, ("scratch", i * count, (i + 1) * count), len(peers) + i) for i, p in enumerate(peers)]
-    if peers:
-        steps.append(wait(*range(2 * len(peers))))
-    held = {p: ("scratch", i * count, (i + 1) * count) for i, p in enumerate(peers)}
-    held[rank] = ("input", *whole)
-    out = ("output", *whole)
-    steps.append(copy(held[0], out))
-    steps += [combine(out, held[p], out) for p in range(1, size)]
-    return tuple(steps)
-
-
 class Maximum:
     """The agreement's all-reduce (MAX) of a packed vector on a communicator (built collectively;
     the same choice on every rank): :meth:`check` binds one."""
 
     def __init__(self, private):
-        steps = everyone_steps(private.size, private.rank, WORDS)
+        steps = one_step(private.size, private.rank, WORDS)
         self.compiled = compiled.checker_on(private, steps, np.dtype(np.int64), "max")
         self.allreduce = private.comm.Allreduce
 

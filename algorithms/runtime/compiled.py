@@ -145,23 +145,24 @@ def channels(coll):
     return coll.private.resource(RESOURCE, Channels)
 
 
-def decision(private, xp, transport):
+def decision(private, xp, transport, other="python"):
     """``(limit, why)``: the longest vector (bytes) whose plan the compiled engine runs on
     ``private``'s communicator for vectors of module ``xp`` carried by ``transport`` (None: none),
-    and that choice in words (collective the first time: it may build the channels)."""
+    and that choice in words, ``other`` naming what runs where it does not (collective the first
+    time: it may build the channels)."""
     engine = private.engine or setting("ALLREDUCE_ENGINE")
     if engine == "python":
-        return None, "python (ALLREDUCE_ENGINE=python)"
+        return None, f"{other} (ALLREDUCE_ENGINE=python)"
     if xp is not np:
-        return None, "python (the compiled engine runs NumPy vectors)"
+        return None, f"{other} (the compiled engine runs NumPy vectors)"
     place = private.resource(RESOURCE, Channels)
     if not place.usable:
-        return None, f"python (the compiled engine cannot run: {place.note})"
+        return None, f"{other} (the compiled engine cannot run: {place.note})"
     if engine == "compiled":
         return math.inf, "compiled (ALLREDUCE_ENGINE=compiled)"
     if not isinstance(transport, SharedMemoryTransport):
-        return None, "python (ALLREDUCE_ENGINE=auto: the transport is not the node's shared memory)"
-    return place.limit, f"compiled up to {size_text(place.limit)}, python above ({place.limit_from})"
+        return None, f"{other} (ALLREDUCE_ENGINE=auto: the transport is not the node's shared memory)"
+    return place.limit, f"compiled up to {size_text(place.limit)}, {other} above ({place.limit_from})"
 
 
 def chosen(coll, nbytes):
@@ -170,9 +171,9 @@ def chosen(coll, nbytes):
     return limit is not None and nbytes <= limit
 
 
-def describe(private, xp, transport):
+def describe(private, xp, transport, other="python"):
     """Which engine runs a plan, by size, in words (:func:`decision`)."""
-    return decision(private, xp, transport)[1]
+    return decision(private, xp, transport, other)[1]
 
 
 def program(coll, steps, count, dtype):

@@ -119,6 +119,25 @@ def zero(into):
     return Step("zero", into=into)
 
 
+def one_step(size, rank, count):
+    """An all-reduce in one step (one-shot): rank r keeps its vector in scratch and sends it to
+    every other rank, then reduces the N vectors itself, in rank order, each received straight
+    into the result: every rank makes the same operations in the same order, so all get the same
+    bits. Correct in place (the result is written only after the vector is kept)."""
+    mine, out = ("scratch", 0, count), ("output", 0, count)
+    if size == 1:
+        return (start_in(count),)
+    peers = [p for p in range(size) if p != rank]
+    steps = [copy(("input", 0, count), mine)] + [isend(p, mine, i) for i, p in enumerate(peers)]
+    for p in range(size):
+        if p == rank:
+            steps.append(copy(mine, out) if p == 0 else combine(out, mine, out))
+        else:
+            steps.append(recv(p, out) if p == 0 else recv_reduce(p, out, out))
+    steps.append(wait(*range(len(peers))))
+    return tuple(steps)
+
+
 def relabel(steps, ranks, vectors):
     """``steps`` of a plan made for ``len(ranks)`` ranks, run by rank ``ranks[i]`` for its rank i, on
     other vectors: ``vectors[name] = (vector, offset)`` puts slice ``(name, lo, hi)`` at ``(vector,

@@ -14,6 +14,7 @@ import functools
 import numpy as np
 
 from ..algorithm import Algorithm
+from . import compiled, engine
 
 #: a round's start-up in messages: one counter written and polled in shared memory, no message
 #: (bench perf, 8 B on 2 ranks: oneshot 2.06 us, rd's one message 3.57 us)
@@ -28,16 +29,24 @@ def in_pieces(boxes, sendbuf, recvbuf, coll):
         boxes.round_for(piece.dtype, piece.size)(piece, recvbuf[lo:lo + step], coll)
 
 
-def over_boxes(name, window, fallback, schedule, pieces=in_pieces):
+def over_boxes(name, window, fallback, schedule, pieces=in_pieces, steps=None):
     """The :class:`.algorithm.Algorithm` (``allreduce(coll, sendbuf, recvbuf)`` with its ``bind``
     and ``describe``, ``schedule``, one node only) of the algorithm ``name`` whose window is ``window(comm)`` (a :class:`.transports.boxes.Boxes`
     with ``round_for(dtype, count)``, giving ``round(piece, out, coll)``; collective to build, kept
     as the communicator's resource ``name``); ``fallback(coll, sendbuf, recvbuf)`` runs where it
-    cannot, ``pieces(boxes, sendbuf, recvbuf, coll)`` a vector over one box (:func:`in_pieces`)."""
+    cannot, ``pieces(boxes, sendbuf, recvbuf, coll)`` a vector over one box (:func:`in_pieces`).
+    ``steps``: the algorithm as a plan (:mod:`.plan`), which the compiled engine runs instead of the
+    rounds wherever it runs plans of that size (the record's ``plan_when_compiled``)."""
+
+    def planned(coll, nbytes):
+        return steps is not None and coll.size > 1 and compiled.chosen(coll, nbytes)
 
     def bind(coll, count, dtype):
-        """``run(sendbuf, recvbuf)`` for vectors of ``count`` elements of ``dtype``: where they fit
-        one buffer of the node's window, its round itself; otherwise :func:`allreduce`."""
+        """``run(sendbuf, recvbuf)`` for vectors of ``count`` elements of ``dtype``: its plan on the
+        compiled engine where that runs them; where they fit one buffer of the node's window, its
+        round itself; otherwise :func:`allreduce`."""
+        if planned(coll, count * dtype.itemsize):
+            return engine.bound(coll, steps, count, dtype)
         boxes = coll.private.resources.get(name)  # made by the first call (collective)
         if (boxes is None or not boxes.usable or coll.xp is not np or coll.size == 1
                 or count * dtype.itemsize > boxes.capacity):
@@ -57,6 +66,9 @@ def over_boxes(name, window, fallback, schedule, pieces=in_pieces):
                 return
         if coll.size == 1:
             coll.start_in(sendbuf, recvbuf)
+            return
+        if planned(coll, sendbuf.nbytes):
+            engine.run(coll, steps, sendbuf, recvbuf)
             return
         boxes = boxes or coll.private.resource(name, window)
         if not boxes.usable or coll.xp is not np:
@@ -78,7 +90,8 @@ def over_boxes(name, window, fallback, schedule, pieces=in_pieces):
         return f"{text}; {name} {boxes.detail}" if boxes.detail else text
 
     # across nodes it runs its fallback
-    return Algorithm(name, allreduce, schedule=schedule, bind=bind, describe=describe, one_node_only=True)
+    return Algorithm(name, allreduce, schedule=schedule, bind=bind, describe=describe, one_node_only=True,
+                     steps=steps, plan_when_compiled=steps is not None)
 
 
 def on_window(name, window, run, fallback):
