@@ -1,7 +1,6 @@
 """Bad arguments raise a clear error on every rank, within seconds, and leave the
 communicator usable (no stray messages, no rank left waiting)."""
 
-import os
 import time
 import warnings
 import weakref
@@ -187,12 +186,11 @@ def test_one_rank_asks_avg_of_integers(comm):
 
 
 @pytest.mark.parametrize("engine", ["python", "compiled"])
-def test_the_agreement_refuses_a_mismatch_on_either_engine(comm, engine):
+def test_the_agreement_refuses_a_mismatch_on_either_engine(comm, engine, monkeypatch):
     """The agreement's all-reduce is one step of the compiled engine within a node, and
     MPI_Allreduce under ALLREDUCE_ENGINE=python (or wherever the compiled engine cannot run);
     either way a mismatch, and one rank's problem, raise on every rank."""
-    before = os.environ.get("ALLREDUCE_ENGINE")
-    os.environ["ALLREDUCE_ENGINE"] = engine
+    monkeypatch.setenv("ALLREDUCE_ENGINE", engine)
     mine = comm.Dup()
     try:
         algorithms.allreduce(x32(), comm=mine)
@@ -208,10 +206,6 @@ def test_the_agreement_refuses_a_mismatch_on_either_engine(comm, engine):
         assert (x == comm.size * (comm.size + 1) // 2).all()
     finally:
         mine.Free()
-        if before is None:
-            del os.environ["ALLREDUCE_ENGINE"]
-        else:
-            os.environ["ALLREDUCE_ENGINE"] = before
 
 
 def _bad_recvbufs():

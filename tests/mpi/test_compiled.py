@@ -139,12 +139,11 @@ def test_halves_run_the_same_bits_on_both_engines(engines, half):
     assert engines_bound(engines["compiled"]) == {"algorithms.runtime.compiled"}
 
 
-def test_oneshot_runs_its_plan_up_to_the_threshold_and_its_rounds_above():
+def test_oneshot_runs_its_plan_up_to_the_threshold_and_its_rounds_above(monkeypatch):
     """oneshot's plan runs on the compiled engine up to the threshold (here 64 bytes), its rounds
     over the node's window above it; both exact, and the engine line says so."""
     size = MPI.COMM_WORLD.Get_size()
-    before = os.environ.get("ALLREDUCE_COMPILED_BYTES")
-    os.environ["ALLREDUCE_COMPILED_BYTES"] = "64"
+    monkeypatch.setenv("ALLREDUCE_COMPILED_BYTES", "64")
     comm = MPI.COMM_WORLD.Dup()
     try:
         assert algorithms.engine_in_use(np, comm, "oneshot").startswith("compiled up to 64 B, its own code above")
@@ -159,10 +158,6 @@ def test_oneshot_runs_its_plan_up_to_the_threshold_and_its_rounds_above():
         assert ("oneshot" in private.resources) == (size > 1)  # its window: the rounds ran
     finally:
         comm.Free()
-        if before is None:
-            del os.environ["ALLREDUCE_COMPILED_BYTES"]
-        else:
-            os.environ["ALLREDUCE_COMPILED_BYTES"] = before
 
 
 def test_a_plan_with_more_messages_in_flight_than_the_engine_keeps_is_not_compiled():
