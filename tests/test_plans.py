@@ -290,15 +290,16 @@ def test_hier_plan_on_uneven_nodes(nodes, monkeypatch):
                                  collective="all_gather")
 
 
-@pytest.mark.parametrize("ranks", [2, 3])
-def test_plan_fit_prices_every_algorithm_it_times(ranks, tmp_path):
+@pytest.mark.parametrize("ranks, engine", [(2, "auto"), (2, "python"), (3, "auto")])
+def test_plan_fit_prices_every_algorithm_it_times(ranks, engine, tmp_path):
     """``bench plan-fit`` under a real mpiexec (3 ranks on 2 cores: a functional run, not a
-    measurement): a row for every algorithm and size, a fit per round, each row's ratio its
-    measured time over its price, and a verdict."""
+    measurement), on either engine (on the Python one oneshot runs its rounds, which refuse a
+    vector of another size than theirs): a row for every algorithm and size, a fit per round,
+    each row's ratio its measured time over its price, and a verdict."""
     from bench.tools.plan_fit import FITTED
     out = tmp_path / "fit.json"
     proc = run_mpi(ranks, ["-m", "bench", "plan-fit", "-b", "8", "-e", "512", "-f", "8", "--rounds", "3",
-                           "-J", str(out)], timeout=240)
+                           "-J", str(out)], timeout=240, env={"ALLREDUCE_ENGINE": engine})
     assert proc.returncode == 0, proc.stderr[-3000:]
     document = json.loads(out.read_text())
     assert document["ranks"] == ranks and len(document["fits"]) == 3

@@ -106,8 +106,8 @@ def measure(comm, names, sizes, rounds):
         for name in names:  # a first call builds what an algorithm builds collectively (hier's nodes)
             algorithms.allreduce(x, y, algorithm=name, comm=comm, check=False)
         runners = {name: coll.runner(algorithms.ALGORITHMS[name], count, x.dtype) for name in names}
-        calls[size] = {PROBE: lambda run=once: run(x, y), PROBE_TWICE: lambda run=twice: run(x, y),
-                       **{name: (lambda run=run: run(x, y)) for name, run in runners.items()}}
+        timed = {PROBE: once, PROBE_TWICE: twice, **runners}  # each on this size's vectors
+        calls[size] = {name: (lambda run=run, x=x, y=y: run(x, y)) for name, run in timed.items()}
     samples = {size: {name: [] for name in calls[size]} for size in sizes}
     for index in range(rounds):
         for size in sizes:
