@@ -290,8 +290,8 @@ static inline char *at(Run *r, const int64_t *s, int which)
 }
 
 /* The plan ``program`` (bytes: the header, the steps, the waits' handles) run on the vectors at
- * those addresses (NULL where the plan names none); NULL with an exception set on failure. */
-static PyObject *run_program(PyObject *program, char *input, char *output, char *partial)
+ * those addresses (NULL where the plan names none); 0, or -1 with an exception set. */
+static int run_program(PyObject *program, char *input, char *output, char *partial)
 {
     Run r;
     r.h = (const int64_t *)PyBytes_AS_STRING(program);
@@ -350,16 +350,28 @@ static PyObject *run_program(PyObject *program, char *input, char *output, char 
             break;
         default:
             PyErr_Format(PyExc_ValueError, "compiled engine: unknown step kind %lld", (long long)s[S_KIND]);
-            return NULL;
+            return -1;
         }
         if (failed)
-            return NULL;
+            return -1;
     }
     if (r.nsends || r.nrecvs) {
         PyErr_SetString(PyExc_RuntimeError, "compiled engine: the plan ended with messages not waited for");
-        return NULL;
+        return -1;
     }
-    Py_RETURN_NONE;
+    return 0;
+}
+
+/* The addresses that args[1..n] give (ints; 0 where the plan names no vector); -1 with an exception
+ * set where one is not an int. */
+static int addresses(PyObject *const *args, int n, char **out)
+{
+    for (int v = 0; v < n; v++) {
+        out[v] = (char *)PyLong_AsVoidPtr(args[v + 1]);
+        if (out[v] == NULL && PyErr_Occurred())
+            return -1;
+    }
+    return 0;
 }
 
 /* run(program, input, output, partial): the plan on the vectors at those addresses (0 where the plan
@@ -372,12 +384,9 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "run(program: bytes, input: int, output: int, partial: int)");
         return NULL;
     }
-    for (int v = 0; v < 3; v++) {
-        vectors[v] = (char *)PyLong_AsVoidPtr(args[v + 1]);
-        if (vectors[v] == NULL && PyErr_Occurred())
-            return NULL;
-    }
-    return run_program(args[0], vectors[0], vectors[1], vectors[2]);
+    if (addresses(args, 3, vectors) || run_program(args[0], vectors[0], vectors[1], vectors[2]))
+        return NULL;
+    Py_RETURN_NONE;
 }
 
 /* run_expecting(program, input, output, expected): the plan on the vectors at those addresses, then
@@ -390,15 +399,8 @@ static PyObject *run_expecting(PyObject *self, PyObject *const *args, Py_ssize_t
         PyErr_SetString(PyExc_TypeError, "run_expecting(program: bytes, input: int, output: int, expected: bytes)");
         return NULL;
     }
-    for (int v = 0; v < 2; v++) {
-        vectors[v] = (char *)PyLong_AsVoidPtr(args[v + 1]);
-        if (vectors[v] == NULL && PyErr_Occurred())
-            return NULL;
-    }
-    PyObject *done = run_program(args[0], vectors[0], vectors[1], NULL);
-    if (done == NULL)
+    if (addresses(args, 2, vectors) || run_program(args[0], vectors[0], vectors[1], NULL))
         return NULL;
-    Py_DECREF(done);
     return PyBool_FromLong(!memcmp(vectors[1], PyBytes_AS_STRING(args[3]), (size_t)PyBytes_GET_SIZE(args[3])));
 }
 
@@ -486,11 +488,8 @@ static PyObject *run_if_same(PyObject *self, PyObject *const *args, Py_ssize_t n
         return NULL;
     if (!same(args[1], args[2], args[3]))
         Py_RETURN_FALSE;
-    PyObject *done = run_program(args[0], PyArray_DATA((PyArrayObject *)args[2]), PyArray_DATA((PyArrayObject *)args[3]),
-                                 NULL);
-    if (done == NULL)
+    if (run_program(args[0], PyArray_DATA((PyArrayObject *)args[2]), PyArray_DATA((PyArrayObject *)args[3]), NULL))
         return NULL;
-    Py_DECREF(done);
     Py_RETURN_TRUE;
 }
 
