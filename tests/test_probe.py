@@ -12,8 +12,9 @@ import pytest
 from conftest import ROOT, run_mpi
 
 from topology import BandwidthMatrix
+from topology.copy_rate import page_aligned_pair
 from topology.probe import (DISAGREE, LATENCY_SHARE, _cap, _matrices, _measured_pairs, _suspicious_pairs, node_schedule,
-                            page_aligned_pair, port_plan, rate, suspicious, tournament)
+                            port_plan, rate, suspicious, tournament)
 
 #: OFI's tcp provider on the loopback: OFI otherwise takes the first interface it finds, and
 #: interfaces that come and go on the machine (the lab's veths) failed MPI_Init and MPI_Finalize.

@@ -27,9 +27,8 @@ step, the same reduction order.
 import dataclasses
 import math
 
-import numpy as np
-
 from . import recursive_doubling
+from ..runtime.copies import copy
 from ..runtime.plan import one_step
 from ..runtime.posted import ROUND_MESSAGES, all_to_all, over_boxes
 from ..settings import setting
@@ -54,7 +53,7 @@ def _round(boxes, dtype, count):
     """:meth:`OneShotWindow.round_for`, its buffers' views found once."""
     views = boxes.typed(dtype, count)
     rest = tuple(v[2:] for v in views)
-    me, mine, others, calls_made, copyto, sync = boxes.me, boxes.mine, boxes.others, boxes.calls, np.copyto, boxes.sync
+    me, mine, others, calls_made, copyto, sync = boxes.me, boxes.mine, boxes.others, boxes.calls, copy, boxes.sync
 
     def one_round(piece, out, coll):
         calls = calls_made[0] = calls_made[0] + 1

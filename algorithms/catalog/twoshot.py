@@ -64,6 +64,7 @@ import numpy as np
 
 from . import ring
 from ..runtime.layout import chunk_offsets
+from ..runtime.copies import copy
 from ..runtime.posted import ROUND_MESSAGES, all_to_all, on_window, over_boxes
 from ..settings import setting
 from ..runtime.transports import kernel_copy
@@ -153,7 +154,7 @@ def _in_rank_order(combine, sources, out, spare, early):
 
 def _round(boxes, dtype, count):
     """:meth:`TwoShotWindow.round_for`, its views of the boxes found once (none over one box)."""
-    n, me, copyto, may_share_memory, sync = boxes.size, boxes.me, np.copyto, np.may_share_memory, boxes.sync
+    n, me, copyto, may_share_memory, sync = boxes.size, boxes.me, copy, np.may_share_memory, boxes.sync
     cuts = chunk_offsets(count, n)
     lo, hi = cuts[me], cuts[me + 1]
     mine = slice(lo, hi)
@@ -278,7 +279,7 @@ def _kernel_round(boxes, dtype, count, collective="allreduce"):
                         mine = piece[a:b]
                         if in_place and me > 0:  # its result overwrites it before its turn
                             mine = fetched[j * step:j * step + size]
-                            np.copyto(mine, piece[a:b])
+                            copy(mine, piece[a:b])
                         chunk.append(mine)
                     elif label:  # read where it lies
                         chunk.append(_registered(registry, label, j, a, b, dtype))
@@ -291,7 +292,7 @@ def _kernel_round(boxes, dtype, count, collective="allreduce"):
                     combine(target, source, target)
             for j, (label, address) in zip(others, results):
                 if label:
-                    np.copyto(_registered(registry, label, j, a, b, dtype), target)
+                    copy(_registered(registry, label, j, a, b, dtype), target)
                 else:
                     kernel_copy.write(pids[j], address + a * itemsize, target)
         if sync is not None:
@@ -315,7 +316,7 @@ def _half_round(boxes, dtype, sizes, collective):
     Nobody reads a box of round c after raising 2c, and a box is written again in round c+2,
     after its writer saw every counter at 2(c+1)-1, so a rank waits for everyone's 2c only where
     the others read its vector where it lies (registered), before giving it back."""
-    n, me, copyto, sync = boxes.size, boxes.me, np.copyto, boxes.sync
+    n, me, copyto, sync = boxes.size, boxes.me, copy, boxes.sync
     reducing = collective == "reduce_scatter"
     at = (0, *itertools.accumulate(sizes)) if reducing else (0,) * (n + 1)  # where each piece lies in a box
     views = boxes.typed(dtype, at[-1] if reducing else max(sizes))

@@ -10,6 +10,7 @@ the call gets those same vectors, so a small call runs its steps and nothing els
 
 from ..arrays import same_memory
 from . import compiled
+from .copies import copy_for
 from .plan import scratch_length, sends_blocking
 
 VIEWS_KEPT_BYTES = 64 << 10
@@ -153,4 +154,4 @@ def _zero(into):
 
 def _copy(xp, into, source):
     if not same_memory(into, source):
-        xp.copyto(into, source)
+        copy_for(xp)(into, source)

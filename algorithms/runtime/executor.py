@@ -19,6 +19,7 @@ from ..arrays import same_memory
 from ..device import steps
 from ..ops import combiner, divider
 from ..settings import agree_settings
+from .copies import copy_for
 from .transports import build_transport
 
 
@@ -296,7 +297,7 @@ class Collective:
     def start_in(self, sendbuf, recvbuf):
         """Copy the input into the result buffer unless the call is in place."""
         if not same_memory(sendbuf, recvbuf):
-            self.xp.copyto(recvbuf, sendbuf)
+            copy_for(self.xp)(recvbuf, sendbuf)
 
     def finish(self, result):
         """Apply what the op needs after the reduction (``avg``: divide by the rank count)."""

@@ -34,6 +34,7 @@ from mpi4py import MPI
 
 from ...arrays import data_pointer, is_device
 from ...settings import setting, size_text
+from ..copies import copy_for
 from .mpi import TAG
 from .pages import PageProbe, thp_mode
 from .registered import Registry
@@ -259,7 +260,7 @@ class SharedMemoryTransport:
             self.mpi.sendrecv(sendbuf, dest, recvbuf, source)
         elif peers is not None:
             (out, into), box = peers, self.box
-            self.xp.copyto(recvbuf, box.swap_whole(out, sendbuf, into, recvbuf.dtype, recvbuf.size))
+            copy_for(self.xp)(recvbuf, box.swap_whole(out, sendbuf, into, recvbuf.dtype, recvbuf.size))
             box.release(into)
         else:
             raw = recvbuf.view(np.uint8)
@@ -302,7 +303,7 @@ class SharedMemoryTransport:
         peers = self._slot_peers(send_bytes, dest, recv_bytes, source)
         if peers is None:
             return general
-        (out, into), box, pending, copyto = peers, self.box, self.pending, self.xp.copyto
+        (out, into), box, pending, copyto = peers, self.box, self.pending, copy_for(self.xp)
         swap, release, posted, taken = box.swap, box.release, box.posted[out], box.peer_consumed[out]
         out_views, in_views = box.typed_slots(True, out, dtype, send_count), box.typed_slots(False, into, dtype,
                                                                                             recv_count)
@@ -394,7 +395,7 @@ class SharedMemoryTransport:
             return True
         target = box.offered(peer, raw.size) if offer is not None else None
         if target is not None:  # both offered: put ours into the peer's buffer
-            self.xp.copyto(target, raw)
+            copy_for(self.xp)(target, raw)
         else:
             deliver(incoming, 0, size)
         box.release(peer)

@@ -8,15 +8,18 @@ moves what can move now and says whether anything did; the transport's every wai
 pending message, so programs that are correct under MPI's rules do not deadlock.
 """
 
+from ..copies import copy_for
 from .shm_window import VIA_MPI
 
 
 def copier(xp, raw):
     """``deliver(piece, start, end)`` for a plain receive: bytes ``start..end`` of the message
     go into the byte vector ``raw`` at their place."""
-    def copy(piece, start, end):
-        xp.copyto(raw[start:end], piece)
-    return copy
+    copy = copy_for(xp)
+
+    def deliver(piece, start, end):
+        copy(raw[start:end], piece)
+    return deliver
 
 
 def reducer(acc, out, combine):

@@ -24,6 +24,7 @@ from plumbing.shm import ShmTooSmall
 from ...arrays import is_device
 from ...device import steps
 from ...settings import setting, size_text
+from ..copies import copy_for
 from .cuda_ipc import DeviceSlots
 from .registered import decode, encode
 from .shared_windows import allocate_shared
@@ -112,7 +113,7 @@ class Mailboxes:
         piece = self.posted[peer][0]
         k = piece % SLOTS
         end = min(raw.size, offset + self.slot_bytes)
-        self.xp.copyto(self.out_slots[peer][k][:end - offset], raw[offset:end])
+        copy_for(self.xp)(self.out_slots[peer][k][:end - offset], raw[offset:end])
         if self.device is not None:  # the piece is in the slot before its counter says so (a peer process reads it)
             self.steps.settle()
         self.post_label(peer, raw.size, offset)
@@ -125,7 +126,7 @@ class Mailboxes:
         (:meth:`release` hands the slot back once it is read). A blocking exchange of one-slot
         messages (each ring step of a 2-rank all-reduce from 16 to 512 KiB) in one call, no
         message viewed as bytes."""
-        self.xp.copyto(out_views[self.posted[out][0] % SLOTS], buf)
+        copy_for(self.xp)(out_views[self.posted[out][0] % SLOTS], buf)
         if self.device is not None:  # the piece is in the slot before its counter says so (a peer process reads it)
             self.steps.settle()
         self.post_label(out, buf.nbytes, 0)
