@@ -12,6 +12,10 @@ Each slice is reduced by one rank only, so every rank gets the same bits. A rank
 T ~ 2 alpha_sync + 2(N-1)/N M/beta_mem, plus the copies into and out of the boxes, which the
 ring's large MPI messages (one kernel copy) do not make.
 
+Where the compiled engine runs plans of the vector's size, it runs this one's instead
+(:func:`steps`, :func:`..runtime.plan.two_step`: the same messages and reduction order, through
+the engine's channels).
+
 A vector over one box (``ALLREDUCE_TWOSHOT_BYTES``, 1 MiB) is one round without the boxes:
 each rank posts where its vectors lie and reads its slice of the others' pieces straight from
 their memory, a box's worth at a time, through the kernel (``process_vm_readv``,
@@ -64,6 +68,7 @@ import numpy as np
 
 from . import ring
 from ..runtime.layout import chunk_offsets
+from ..runtime.plan import two_step
 from ..runtime.copies import copy
 from ..runtime.posted import ROUND_MESSAGES, all_to_all, on_window, over_boxes
 from ..settings import setting
@@ -452,8 +457,16 @@ def half_schedule(model, m):
     return _rounds(model, m, 1)
 
 
+def steps(size, rank, count, itemsize):
+    """Its plan (:mod:`..runtime.plan`), which the compiled engine runs up to its threshold:
+    :func:`..runtime.plan.two_step`, each rank's chunk reduced by it in rank order from the
+    others' pieces sent through the engine's channels, then sent to every other rank (the
+    rounds' arithmetic, the same bits)."""
+    return two_step(size, rank, count)
+
+
 ALGORITHM = dataclasses.replace(
-    over_boxes("twoshot", TwoShotWindow, ring.allreduce, schedule, in_pieces),
+    over_boxes("twoshot", TwoShotWindow, ring.allreduce, schedule, in_pieces, steps=steps),
     reduce_scatter=on_window("twoshot", TwoShotWindow, reduce_scatter_on, ring.reduce_scatter),
     all_gather=on_window("twoshot", TwoShotWindow, all_gather_on, ring.all_gather),
     reduce_scatter_schedule=half_schedule, all_gather_schedule=half_schedule)

@@ -36,6 +36,8 @@ Messages between two ranks match in the order they are posted, as MPI's do.
 
 from typing import NamedTuple
 
+from .layout import chunk_offsets
+
 FORMAT = "allreduce-plan/1"  # the JSON document's "format"
 KINDS = ("isend", "wait", "send", "recv", "recv_reduce", "irecv", "irecv_reduce", "sendrecv", "sendrecv_reduce",
          "copy", "combine", "zero")
@@ -135,6 +137,33 @@ def one_step(size, rank, count):
         else:
             steps.append(recv(p, out) if p == 0 else recv_reduce(p, out, out))
     steps.append(wait(*range(len(peers))))
+    return tuple(steps)
+
+
+def two_step(size, rank, count):
+    """An all-reduce in two steps (two-shot): rank r sends chunk p of its vector to rank p
+    (:func:`.layout.chunk_offsets`), reduces its own chunk r of the N vectors itself, in rank
+    order, each received straight into its result (its own piece kept in scratch first), then
+    sends that reduced chunk to every other rank and receives theirs into place. Each chunk is
+    reduced by one rank only, so all get the same bits. Correct in place: a chunk of the vector
+    is overwritten only after the send that reads it is complete."""
+    if size == 1:
+        return (start_in(count),)
+    cuts = chunk_offsets(count, size)
+    chunk = [("output", cuts[p], cuts[p + 1]) for p in range(size)]
+    mine, out = ("scratch", 0, cuts[rank + 1] - cuts[rank]), chunk[rank]
+    peers = [p for p in range(size) if p != rank]
+    steps = [copy(("input", cuts[rank], cuts[rank + 1]), mine)]
+    steps += [isend(p, ("input", cuts[p], cuts[p + 1]), i) for i, p in enumerate(peers)]
+    for p in range(size):
+        if p == rank:
+            steps.append(copy(mine, out) if p == 0 else combine(out, mine, out))
+        else:
+            steps.append(recv(p, out) if p == 0 else recv_reduce(p, out, out))
+    steps.append(wait(*range(len(peers))))
+    steps += [isend(p, out, len(peers) + i) for i, p in enumerate(peers)]
+    steps += [recv(p, chunk[p]) for p in peers]
+    steps.append(wait(*range(len(peers), 2 * len(peers))))
     return tuple(steps)
 
 

@@ -139,23 +139,24 @@ def test_halves_run_the_same_bits_on_both_engines(engines, half):
     assert engines_bound(engines["compiled"]) == {"algorithms.runtime.compiled"}
 
 
-def test_oneshot_runs_its_plan_up_to_the_threshold_and_its_rounds_above(monkeypatch):
-    """oneshot's plan runs on the compiled engine up to the threshold (here 64 bytes), its rounds
-    over the node's window above it; both exact, and the engine line says so."""
+@pytest.mark.parametrize("algorithm", ["oneshot", "twoshot"])
+def test_posted_algorithms_run_their_plan_up_to_the_threshold_and_their_rounds_above(monkeypatch, algorithm):
+    """oneshot's and twoshot's plans run on the compiled engine up to the threshold (here 64
+    bytes), their rounds over the node's window above it; both exact, and the engine line says so."""
     size = MPI.COMM_WORLD.Get_size()
     monkeypatch.setenv("ALLREDUCE_COMPILED_BYTES", "64")
     comm = MPI.COMM_WORLD.Dup()
     try:
-        assert algorithms.engine_in_use(np, comm, "oneshot").startswith("compiled up to 64 B, its own code above")
+        assert algorithms.engine_in_use(np, comm, algorithm).startswith("compiled up to 64 B, its own code above")
         private, bound = private_comm(comm), []
         for count in (16, 256):  # 64 bytes, then 1 KiB
             x = np.full(count, MPI.COMM_WORLD.Get_rank() + 1, np.int32)
-            out = algorithms.allreduce(x, np.empty_like(x), algorithm="oneshot", comm=comm)
+            out = algorithms.allreduce(x, np.empty_like(x), algorithm=algorithm, comm=comm)
             assert (out == size * (size + 1) // 2).all()
             bound.append(sum(len(coll.engines) for coll in private.contexts.values()))
         assert bound == ([1, 1] if size > 1 else [0, 0])  # a plan bound for 64 bytes, none for 1 KiB
         assert engines_bound(comm) <= {"algorithms.runtime.compiled"}
-        assert ("oneshot" in private.resources) == (size > 1)  # its window: the rounds ran
+        assert (algorithm in private.resources) == (size > 1)  # its window: the rounds ran
     finally:
         comm.Free()
 
