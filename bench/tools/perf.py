@@ -9,7 +9,8 @@ vectors, ``algorithms.alloc_registered``), timed in turn in ``--repeats`` rounds
 of all the rounds with its 95% interval (:mod:`bench.formats.stats`), and every target that
 compares two things is judged on their paired ratio, round by round, with its interval: met,
 missed, or a tie within noise where the interval holds the bound; busbw, the
-ratio to native, and a single-process ``numpy.copyto`` of the same size (the physical
+ratio to native, and a single-process copy of the same size (the copy the transports make,
+:mod:`algorithms.runtime.copies`: the physical
 reference; beside it the same copy by every rank at once, which shares the caches and
 memory bus as the all-reduce's ranks do), timed in turn with the all-reduces on the
 same vectors; where PyTorch is installed, its gloo all-reduce (:mod:`bench.baselines.gloo`) among
@@ -38,6 +39,7 @@ import numpy as np
 from mpi4py import MPI
 
 import algorithms
+from algorithms.runtime.copies import copy
 from algorithms.runtime.executor import private_comm
 from plumbing.files import write_json_atomically, write_text_atomically
 
@@ -77,13 +79,14 @@ LIBRARY = "the MPI library timed in C"  # python -m bench's mpi baseline: MPI_Al
 
 def copy_calls(comm, source, target):
     """The physical references, as candidates of :func:`timed` on the benchmark's own vectors:
-    ``copy``, one process's ``numpy.copyto`` (rank 0 copies, the others wait, so the slowest
+    ``copy``, one process's copy (:func:`algorithms.runtime.copies.copy`: NumPy's, except where
+    glibc's ``memcpy`` would run at its 4K-aliasing penalty; rank 0 copies, the others wait, so the slowest
     rank's time is its), and ``copy_all_ranks``, every rank copying at once (each its own
     vectors), which shares the caches and memory bus as the all-reduce's ranks do. Timed in
     turn with the all-reduces, a busy moment of the machine falls on the copy as on them."""
     alone = comm.Get_rank() == 0
-    return {"copy": (lambda: np.copyto(target, source)) if alone else (lambda: None),
-            "copy_all_ranks": lambda: np.copyto(target, source)}
+    return {"copy": (lambda: copy(target, source)) if alone else (lambda: None),
+            "copy_all_ranks": lambda: copy(target, source)}
 
 
 def steady_state_allocation(comm, algorithm, count, calls=50, windows=3):
