@@ -12,4 +12,4 @@ except ImportError:
 
 setup(ext_modules=[Extension("algorithms.runtime._compiled_engine", ["algorithms/runtime/compiled_engine.c"],
                              depends=["algorithms/kernels/bfloat16.h"], include_dirs=NUMPY,
-                             extra_compile_args=["-O2", "-ffp-contract=off", "-fno-fast-math"], optional=True)])
+                             extra_compile_args=["-O3", "-ffp-contract=off", "-fno-fast-math"], optional=True)])

@@ -25,8 +25,12 @@
  * same bits as NumPy's and ml_dtypes' ufuncs: integers wrap (computed unsigned), float16 is
  * widened to float and rounded back once (NumPy's npy_half loops), bfloat16 by kernels/bfloat16.h,
  * and the two 8-bit floats by a 256 x 256 table per op that ml_dtypes itself filled. max and min
- * pick an operand as NumPy does: acc when it is NaN or not below (above) the other, else the
- * other. Build with -ffp-contract=off and without -ffast-math. */
+ * pick an operand as NumPy's loops do, which differ only where the two compare equal (the sign of
+ * a zero): acc when it is NaN or above (below) the other, else the other, for float32 and float64
+ * (NumPy's SIMD loops, x86's maxps); acc when it is NaN or not below (above) the other for
+ * float16 (NumPy's scalar loop); bfloat16 as ml_dtypes (kernels/bfloat16.h). Build with
+ * -ffp-contract=off and without -ffast-math; -O3 vectorises the element-wise loops, which keeps
+ * every element's operation and so its bits. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -114,8 +118,8 @@ INTEGER(uint64_t, uint64_t)
         switch (op) {                                                                                  \
         case O_SUM: for (i = 0; i < n; i++) into[i] = acc[i] + src[i]; break;                          \
         case O_PROD: for (i = 0; i < n; i++) into[i] = acc[i] * src[i]; break;                         \
-        case O_MAX: for (i = 0; i < n; i++) into[i] = acc[i] >= src[i] || acc[i] != acc[i] ? acc[i] : src[i]; break; \
-        default: for (i = 0; i < n; i++) into[i] = acc[i] <= src[i] || acc[i] != acc[i] ? acc[i] : src[i]; break;    \
+        case O_MAX: for (i = 0; i < n; i++) into[i] = acc[i] > src[i] || acc[i] != acc[i] ? acc[i] : src[i]; break; \
+        default: for (i = 0; i < n; i++) into[i] = acc[i] < src[i] || acc[i] != acc[i] ? acc[i] : src[i]; break;    \
         }                                                                                              \
     }
 FLOATING(float)
