@@ -222,7 +222,7 @@ def test_rabenseifner_plan_at_every_radix(k, monkeypatch):
             replay(ranks, 4, Network.uniform(n, 10.0, 5.0))
 
 
-@pytest.mark.parametrize("module", ["ring", "dring", "rabenseifner"])
+@pytest.mark.parametrize("module", ["ring", "dring", "rabenseifner", "twoshot"])
 @pytest.mark.parametrize("collective", ["reduce_scatter", "all_gather"])
 @pytest.mark.parametrize("n", RANKS)
 def test_half_plans(module, collective, n):
@@ -232,7 +232,7 @@ def test_half_plans(module, collective, n):
     orders = (None, tuple(np.random.default_rng(n).permutation(n).tolist()))
     if module == "dring":  # it takes its order as bamring's record of one
         orders = (None, SimpleNamespace(order=orders[1]))
-    given = [(order,) for order in orders] if module != "rabenseifner" else [()]
+    given = [(order,) for order in orders] if module not in ("rabenseifner", "twoshot") else [()]
     network = Network.uniform(n, 10.0, 5.0)
     for count in (0, 1, n - 1, n + 1, 37, *((2 * SEGMENT_BYTES // 4 + 3,) if n in (2, 5) else ())):
         for extra in given:

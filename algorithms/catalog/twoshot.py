@@ -39,7 +39,8 @@ The two shots are also the reduce-scatter and the all-gather on their own (chunk
 :func:`.layout.chunk_offsets` on rank r): the first shot stops after the reduce, into the result
 (this rank's chunk) instead of a box; the second posts each rank's chunk and copies the others'.
 They run as rounds of the same boxes and counters as the all-reduce, so any mix of the three on
-one communicator keeps the counters right. A vector over one box goes in one round of kernel
+one communicator keeps the counters right; where the compiled engine runs plans of the whole
+vector's size they are plans instead (:func:`reduce_scatter_steps`, :func:`all_gather_steps`). A vector over one box goes in one round of kernel
 copies where the kernel allows them (the reduce-scatter reads, the all-gather writes its chunk
 into every other rank's vector); otherwise, and for a vector of one box or less, through the
 boxes, round k on piece k of every chunk (the others' N-1 pieces end to end in a box for a
@@ -67,8 +68,9 @@ import math
 import numpy as np
 
 from . import ring
+from ..runtime import engine
 from ..runtime.layout import chunk_offsets
-from ..runtime.plan import two_step
+from ..runtime.plan import two_step, two_step_all_gather, two_step_reduce_scatter
 from ..runtime.copies import copy
 from ..runtime.posted import ROUND_MESSAGES, all_to_all, on_window, over_boxes
 from ..settings import setting
@@ -457,6 +459,25 @@ def half_schedule(model, m):
     return _rounds(model, m, 1)
 
 
+def reduce_scatter_steps(size, rank, count, itemsize, partial="scratch"):
+    """The first shot as a plan (:func:`..runtime.plan.two_step_reduce_scatter`; it keeps no
+    partial sums, so ``partial`` is not used), which the compiled engine runs up to its threshold."""
+    return two_step_reduce_scatter(size, rank, count)
+
+
+def all_gather_steps(size, rank, count, itemsize):
+    """The second shot as a plan (:func:`..runtime.plan.two_step_all_gather`)."""
+    return two_step_all_gather(size, rank, count)
+
+
+def planned_reduce_scatter(coll, src, partial, result):
+    engine.reduce_scatter(coll, reduce_scatter_steps, src, partial, result)
+
+
+def planned_all_gather(coll, whole):
+    engine.all_gather(coll, all_gather_steps, whole)
+
+
 def steps(size, rank, count, itemsize):
     """Its plan (:mod:`..runtime.plan`), which the compiled engine runs up to its threshold:
     :func:`..runtime.plan.two_step`, each rank's chunk reduced by it in rank order from the
@@ -467,6 +488,6 @@ def steps(size, rank, count, itemsize):
 
 ALGORITHM = dataclasses.replace(
     over_boxes("twoshot", TwoShotWindow, ring.allreduce, schedule, in_pieces, steps=steps),
-    reduce_scatter=on_window("twoshot", TwoShotWindow, reduce_scatter_on, ring.reduce_scatter),
-    all_gather=on_window("twoshot", TwoShotWindow, all_gather_on, ring.all_gather),
+    reduce_scatter=on_window("twoshot", TwoShotWindow, reduce_scatter_on, ring.reduce_scatter, planned_reduce_scatter),
+    all_gather=on_window("twoshot", TwoShotWindow, all_gather_on, ring.all_gather, planned_all_gather),
     reduce_scatter_schedule=half_schedule, all_gather_schedule=half_schedule)

@@ -141,17 +141,37 @@ def one_step(size, rank, count):
 
 
 def two_step(size, rank, count):
-    """An all-reduce in two steps (two-shot): rank r sends chunk p of its vector to rank p
-    (:func:`.layout.chunk_offsets`), reduces its own chunk r of the N vectors itself, in rank
-    order, each received straight into its result (its own piece kept in scratch first), then
-    sends that reduced chunk to every other rank and receives theirs into place. Each chunk is
-    reduced by one rank only, so all get the same bits. Correct in place: a chunk of the vector
-    is overwritten only after the send that reads it is complete."""
+    """An all-reduce in two steps (two-shot): :func:`two_step_reduce_scatter` into this rank's
+    chunk of the result (:func:`.layout.chunk_offsets`), then :func:`two_step_all_gather`. Each
+    chunk is reduced by one rank only, so all get the same bits. Correct in place: a chunk of the
+    vector is overwritten only after the send that reads it is complete."""
     if size == 1:
         return (start_in(count),)
     cuts = chunk_offsets(count, size)
-    chunk = [("output", cuts[p], cuts[p + 1]) for p in range(size)]
-    mine, out = ("scratch", 0, cuts[rank + 1] - cuts[rank]), chunk[rank]
+    first = _reduce_own_chunk(size, rank, cuts, ("output", cuts[rank], cuts[rank + 1]))
+    return first + _share_own_chunk(size, rank, cuts, size - 1)
+
+
+def two_step_reduce_scatter(size, rank, count):
+    """The reduce-scatter in one step: rank r sends chunk p of its vector to rank p and reduces
+    its own chunk r of the N vectors itself, in rank order, each received straight into
+    ``"output"`` (the chunk; its own piece kept in scratch first, as the output may be it)."""
+    cuts = chunk_offsets(count, size)
+    if size == 1:
+        return (start_in(count),)
+    return _reduce_own_chunk(size, rank, cuts, ("output", 0, cuts[rank + 1] - cuts[rank]))
+
+
+def two_step_all_gather(size, rank, count):
+    """The all-gather in one step, in place on ``"output"`` (the whole vector): rank r sends its
+    chunk r to every other rank and receives theirs into place."""
+    return _share_own_chunk(size, rank, chunk_offsets(count, size), 0) if size > 1 else ()
+
+
+def _reduce_own_chunk(size, rank, cuts, out):
+    """Chunk p of the input to rank p (sends 0..N-2), this rank's chunk of every rank's input
+    reduced in rank order into ``out``, the sends waited for."""
+    mine = ("scratch", 0, cuts[rank + 1] - cuts[rank])
     peers = [p for p in range(size) if p != rank]
     steps = [copy(("input", cuts[rank], cuts[rank + 1]), mine)]
     steps += [isend(p, ("input", cuts[p], cuts[p + 1]), i) for i, p in enumerate(peers)]
@@ -160,11 +180,16 @@ def two_step(size, rank, count):
             steps.append(copy(mine, out) if p == 0 else combine(out, mine, out))
         else:
             steps.append(recv(p, out) if p == 0 else recv_reduce(p, out, out))
-    steps.append(wait(*range(len(peers))))
-    steps += [isend(p, out, len(peers) + i) for i, p in enumerate(peers)]
-    steps += [recv(p, chunk[p]) for p in peers]
-    steps.append(wait(*range(len(peers), 2 * len(peers))))
-    return tuple(steps)
+    return (*steps, wait(*range(len(peers))))
+
+
+def _share_own_chunk(size, rank, cuts, first):
+    """This rank's chunk of ``"output"`` to every other rank (sends ``first``..), theirs received
+    into place, the sends waited for."""
+    peers = [p for p in range(size) if p != rank]
+    steps = [isend(p, ("output", cuts[rank], cuts[rank + 1]), first + i) for i, p in enumerate(peers)]
+    steps += [recv(p, ("output", cuts[p], cuts[p + 1])) for p in peers]
+    return (*steps, wait(*range(first, first + len(peers))))
 
 
 def relabel(steps, ranks, vectors):

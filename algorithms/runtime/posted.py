@@ -94,12 +94,17 @@ def over_boxes(name, window, fallback, schedule, pieces=in_pieces, steps=None):
                      steps=steps, plan_when_compiled=steps is not None)
 
 
-def on_window(name, window, run, fallback):
+def on_window(name, window, run, fallback, planned=None):
     """``half(coll, *vectors)``, one of an algorithm's halves (reduce-scatter or all-gather) run
-    as its all-reduce is: ``run(boxes, coll, *vectors)`` on the window of :func:`over_boxes`
-    (built by the first call of any of them, collective), or ``fallback(coll, *vectors)`` where
-    that does not run (one rank, ranks across nodes, CuPy buffers, no ``/dev/shm`` for it)."""
+    as its all-reduce is: ``planned(coll, *vectors)`` (its plan on the engine) wherever the
+    compiled engine runs plans of the first vector's size; else ``run(boxes, coll, *vectors)`` on
+    the window of :func:`over_boxes` (built by the first call of any of them, collective), or
+    ``fallback(coll, *vectors)`` where that does not run (one rank, ranks across nodes, CuPy
+    buffers, no ``/dev/shm`` for it)."""
     def half(coll, *vectors):
+        if planned is not None and coll.size > 1 and compiled.chosen(coll, vectors[0].nbytes):
+            planned(coll, *vectors)
+            return
         if coll.size > 1:
             boxes = coll.private.resources.get(name) or coll.private.resource(name, window)
             if boxes.usable and coll.xp is np:

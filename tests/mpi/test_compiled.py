@@ -170,6 +170,33 @@ def test_posted_algorithms_run_their_plan_up_to_the_threshold_and_their_rounds_a
         comm.Free()
 
 
+@pytest.mark.parametrize("half", ["reduce_scatter", "all_gather"])
+def test_twoshots_halves_run_their_plans_up_to_the_threshold_and_their_rounds_above(monkeypatch, half):
+    """twoshot's reduce-scatter and all-gather: their plans on the compiled engine up to the
+    threshold (here 64 bytes of the whole vector), their rounds over the node's window above it."""
+    size, rank = MPI.COMM_WORLD.Get_size(), MPI.COMM_WORLD.Get_rank()
+    monkeypatch.setenv("ALLREDUCE_COMPILED_BYTES", "64")
+    comm = MPI.COMM_WORLD.Dup()
+    try:
+        private, bound = private_comm(comm), []
+        for block in (16 // size, 256):  # the whole vector 64 bytes or less, then 1 KiB a rank
+            if half == "reduce_scatter":
+                out = algorithms.reduce_scatter(np.full(block * size, rank + 1, np.int32), np.empty(block, np.int32),
+                                                algorithm="twoshot", comm=comm)
+                assert (out == size * (size + 1) // 2).all()
+            else:
+                out = algorithms.all_gather(np.full(block, rank + 1, np.int32), np.empty(block * size, np.int32),
+                                            algorithm="twoshot", comm=comm)
+                assert (out == np.repeat(np.arange(1, size + 1), block)).all()
+            bound.append(sum(len(coll.engines) for coll in private.contexts.values()))
+        if size > 1:  # (on one rank the ring's halves run)
+            assert bound == [1, 1]  # a plan bound for the small vector, none for the large
+            assert engines_bound(comm) == {"algorithms.runtime.compiled"}
+            assert "twoshot" in private.resources  # its window: the rounds ran
+    finally:
+        comm.Free()
+
+
 def test_a_plan_with_more_messages_in_flight_than_the_engine_keeps_is_not_compiled():
     """The agreement's plan (a message to every other rank) goes to MPI where the node has more
     ranks than the engine keeps messages in flight."""
