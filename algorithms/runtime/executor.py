@@ -190,6 +190,7 @@ class Collective:
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self.xp = xp
+        self.copy = copy_for(xp)  # (copies.py)
         self.op = op
         # combine(acc, incoming, out): out = acc (op) incoming, element-wise (ops.combiner)
         self.combine = combiner(xp, op) if op is not None else None
@@ -297,7 +298,7 @@ class Collective:
     def start_in(self, sendbuf, recvbuf):
         """Copy the input into the result buffer unless the call is in place."""
         if not same_memory(sendbuf, recvbuf):
-            copy_for(self.xp)(recvbuf, sendbuf)
+            self.copy(recvbuf, sendbuf)
 
     def finish(self, result):
         """Apply what the op needs after the reduction (``avg``: divide by the rank count)."""

@@ -58,6 +58,7 @@ class SharedMemoryTransport:
         self.name, low, high = ROUTES[xp.__name__]
         self.min_bytes, self.max_bytes = setting(low), setting(high)
         self.xp, self.host = xp, not is_device(xp)
+        self.copy = copy_for(xp)  # (copies.py)
         self.mpi = mpi(private, xp, workspace)
         self.comm = private.comm
         self.workspace = workspace
@@ -260,7 +261,7 @@ class SharedMemoryTransport:
             self.mpi.sendrecv(sendbuf, dest, recvbuf, source)
         elif peers is not None:
             (out, into), box = peers, self.box
-            copy_for(self.xp)(recvbuf, box.swap_whole(out, sendbuf, into, recvbuf.dtype, recvbuf.size))
+            self.copy(recvbuf, box.swap_whole(out, sendbuf, into, recvbuf.dtype, recvbuf.size))
             box.release(into)
         else:
             raw = recvbuf.view(np.uint8)
@@ -303,7 +304,7 @@ class SharedMemoryTransport:
         peers = self._slot_peers(send_bytes, dest, recv_bytes, source)
         if peers is None:
             return general
-        (out, into), box, pending, copyto = peers, self.box, self.pending, copy_for(self.xp)
+        (out, into), box, pending, copyto = peers, self.box, self.pending, self.copy
         swap, release, posted, taken = box.swap, box.release, box.posted[out], box.peer_consumed[out]
         out_views, in_views = box.typed_slots(True, out, dtype, send_count), box.typed_slots(False, into, dtype,
                                                                                             recv_count)
@@ -395,7 +396,7 @@ class SharedMemoryTransport:
             return True
         target = box.offered(peer, raw.size) if offer is not None else None
         if target is not None:  # both offered: put ours into the peer's buffer
-            copy_for(self.xp)(target, raw)
+            self.copy(target, raw)
         else:
             deliver(incoming, 0, size)
         box.release(peer)

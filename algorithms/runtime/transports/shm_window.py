@@ -53,6 +53,7 @@ class Mailboxes:
         self.registry = registry
         self.slot_bytes = setting(variable)  # a multiple of LINE (settings.WIRE)
         self.xp, self.device, self.steps = xp, None, steps(xp)
+        self.copy = copy_for(xp)  # into and out of the slots (copies.py)
         node = comm.Split_type(MPI.COMM_TYPE_SHARED)
         members = MPI.Group.Translate_ranks(node.Get_group(), list(range(node.Get_size())),
                                             comm.Get_group())
@@ -113,7 +114,7 @@ class Mailboxes:
         piece = self.posted[peer][0]
         k = piece % SLOTS
         end = min(raw.size, offset + self.slot_bytes)
-        copy_for(self.xp)(self.out_slots[peer][k][:end - offset], raw[offset:end])
+        self.copy(self.out_slots[peer][k][:end - offset], raw[offset:end])
         if self.device is not None:  # the piece is in the slot before its counter says so (a peer process reads it)
             self.steps.settle()
         self.post_label(peer, raw.size, offset)
@@ -126,7 +127,7 @@ class Mailboxes:
         (:meth:`release` hands the slot back once it is read). A blocking exchange of one-slot
         messages (each ring step of a 2-rank all-reduce from 16 to 512 KiB) in one call, no
         message viewed as bytes."""
-        copy_for(self.xp)(out_views[self.posted[out][0] % SLOTS], buf)
+        self.copy(out_views[self.posted[out][0] % SLOTS], buf)
         if self.device is not None:  # the piece is in the slot before its counter says so (a peer process reads it)
             self.steps.settle()
         self.post_label(out, buf.nbytes, 0)
