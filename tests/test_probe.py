@@ -229,9 +229,7 @@ def best_copy_GBps(nbytes, copies=200):
     """This test's own reference: the fastest of ``copies`` NumPy copies of ``nbytes`` between
     two page-aligned vectors (two vectors of 64 KiB allocated apart lie 16 bytes off a whole
     number of pages from each other, where glibc's memcpy runs 10x slower on AMD EPYC)."""
-    whole = np.ones(2 * nbytes + 8192, np.uint8)
-    start = -whole.ctypes.data % 4096
-    source, target = whole[start:start + nbytes], whole[start + nbytes + 4096:start + 2 * nbytes + 4096]
+    source, target = page_aligned_pair(nbytes)
     best = np.inf
     for _ in range(copies):
         start = time.perf_counter()

@@ -13,8 +13,9 @@ from mpi4py import MPI
 
 def copy_bandwidth(comm, nbytes, least=10, seconds=0.05):
     """Bytes per second of the fastest lone copy of ``nbytes`` on each host, between two
-    page-aligned vectors (:func:`page_aligned_pair`): a user-space copy (``numpy.copyto``) or the kernel's (``process_vm_readv``, MPI's single-copy path,
-    which beats the first on some sizes), the best of at least ``least`` copies and
+    page-aligned vectors (:func:`page_aligned_pair`): a user-space copy (``numpy.copyto``) or
+    the kernel's (``process_vm_readv``, MPI's single-copy path, which beats the first on some
+    sizes), the best of at least ``least`` copies and
     ``seconds`` of each (a core's first copies run at a fraction of its speed), by one rank
     per host while the others wait asleep (an MPI barrier's polling would take the copying
     rank's core where ranks outnumber cores): {host: B/s} on every rank."""

@@ -40,8 +40,8 @@ The two shots are also the reduce-scatter and the all-gather on their own (chunk
 (this rank's chunk) instead of a box; the second posts each rank's chunk and copies the others'.
 They run as rounds of the same boxes and counters as the all-reduce, so any mix of the three on
 one communicator keeps the counters right; where the compiled engine runs plans of the whole
-vector's size they are plans instead (:func:`reduce_scatter_steps`, :func:`all_gather_steps`). A vector over one box goes in one round of kernel
-copies where the kernel allows them (the reduce-scatter reads, the all-gather writes its chunk
+vector's size they are plans instead (:func:`reduce_scatter_steps`, :func:`all_gather_steps`).
+A vector over one box goes in one round of kernel copies where the kernel allows them (the reduce-scatter reads, the all-gather writes its chunk
 into every other rank's vector); otherwise, and for a vector of one box or less, through the
 boxes, round k on piece k of every chunk (the others' N-1 pieces end to end in a box for a
 reduce-scatter; its own one for an all-gather). A registered vector is read where it lies, but

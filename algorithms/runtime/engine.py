@@ -10,7 +10,6 @@ the call gets those same vectors, so a small call runs its steps and nothing els
 
 from ..arrays import same_memory
 from . import compiled
-from .copies import copy_for
 from .plan import scratch_length, sends_blocking
 
 VIEWS_KEPT_BYTES = 64 << 10
@@ -92,7 +91,7 @@ def bind(coll, steps, count, dtype, names=ALLREDUCE):
             exchange = coll.exchange(dtype, _length(step.send), step.to, _length(step.into), step.source, True)
             template.append((exchange, (step.send, step.acc, step.into), -1))
         elif kind == "copy":
-            template.append((_copy, (coll.xp, step.into, step.send), -1))
+            template.append((_copy, (coll.copy, step.into, step.send), -1))
         elif kind == "combine":
             template.append((coll.combine, (step.acc, step.send, step.into), -1))
         elif kind == "zero":
@@ -152,6 +151,6 @@ def _zero(into):
     into.fill(0)
 
 
-def _copy(xp, into, source):
+def _copy(copy, into, source):
     if not same_memory(into, source):
-        copy_for(xp)(into, source)
+        copy(into, source)
