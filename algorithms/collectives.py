@@ -152,6 +152,13 @@ def reduce_scatter(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=No
     is overwritten) and a view of this rank's chunk in it is returned. ``bandwidth=`` as for
     :func:`allreduce` (``bamring``'s order, ``dring``'s).
     """
+    if bandwidth is None and type(sendbuf) is _NDARRAY:
+        kept = _kept_half("reduce_scatter", algorithm, op, comm, sendbuf, recvbuf)
+        if kept is not None:
+            result = kept.call(sendbuf, recvbuf, check)
+            if result is not None:
+                return result
+
     def validate(rank, size):
         offsets = ring.chunk_offsets(sendbuf.size, size)
         own = slice(offsets[rank], offsets[rank + 1])
@@ -170,6 +177,8 @@ def reduce_scatter(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=No
     else:
         half(coll, sendbuf, sendbuf if in_place else None, result)
     coll.finish(result)
+    if plan is None and bandwidth is None:
+        _keep_half("reduce_scatter", algorithm, op, coll, sendbuf, recvbuf, half)
     return result
 
 
@@ -182,6 +191,13 @@ def all_gather(sendbuf, recvbuf=None, *, algorithm="ring", comm=None, check=True
     chunk already at its place. ``algorithm``: one of ``HALVES["all_gather"]``;
     ``bandwidth=`` as for :func:`allreduce`. Returns the whole vector.
     """
+    if bandwidth is None and type(sendbuf) is _NDARRAY:
+        kept = _kept_half("all_gather", algorithm, None, comm, sendbuf, recvbuf)
+        if kept is not None:
+            result = kept.call(sendbuf, recvbuf, check)
+            if result is not None:
+                return result
+
     def validate(rank, size):
         plan = _half_plan("all_gather", algorithm, size, bandwidth)
         if recvbuf is None or same_memory(recvbuf, sendbuf):
@@ -205,7 +221,92 @@ def all_gather(sendbuf, recvbuf=None, *, algorithm="ring", comm=None, check=True
         half(coll, whole, plan)
     else:
         half(coll, whole)
+    if plan is None and bandwidth is None:
+        _keep_half("all_gather", algorithm, None, coll, sendbuf, recvbuf, half)
     return whole
+
+
+class _KeptHalf:
+    """A reduce-scatter's or all-gather's call of one shape on one communicator, kept after its
+    first full validation so that a repeat costs what the all-reduce's does: the few attributes
+    of the vectors that the shape does not settle read again (:func:`_plain`), then the
+    agreement on the kept ``fields``, then the half itself. ``lo, hi``: this rank's chunk;
+    ``whole``: the whole vector's length."""
+
+    __slots__ = ("name", "coll", "half", "fields", "lo", "hi", "in_place", "whole")
+
+    def __init__(self, name, coll, half, fields, lo, hi, in_place, whole):
+        self.name, self.coll, self.half, self.fields = name, coll, half, fields
+        self.lo, self.hi, self.in_place, self.whole = lo, hi, in_place, whole
+
+    def call(self, sendbuf, recvbuf, check):
+        """The call's result; None, having done nothing, where a vector is not as the kept call's."""
+        coll, in_place, reducing = self.coll, self.in_place, self.name == "reduce_scatter"
+        dtype, own = sendbuf.dtype, self.hi - self.lo
+        if in_place:
+            if not _plain(sendbuf, dtype, self.whole):
+                return None
+        elif not (_plain(recvbuf, dtype, own if reducing else self.whole)
+                  and _plain(sendbuf, dtype, self.whole if reducing else own, writable=False)
+                  and (sendbuf.base is None and recvbuf.base is None or not overlaps(sendbuf, recvbuf))):
+            return None
+        if check:
+            agree(coll.private, self.name, None, self.fields, _describe)
+        if reducing:
+            result = sendbuf[self.lo:self.hi] if in_place else recvbuf
+            self.half(coll, sendbuf, sendbuf if in_place else None, result)
+            coll.finish(result)
+            return result
+        whole = sendbuf if in_place else recvbuf
+        if not in_place:
+            coll.copy(whole[self.lo:self.hi], sendbuf)
+        self.half(coll, whole)
+        return whole
+
+
+def _plain(vector, dtype, size, writable=True):
+    """Whether ``vector`` is a 1-D C-contiguous NumPy vector of ``dtype`` and ``size`` elements
+    (and writable): what a kept half's call asks of its vectors."""
+    if type(vector) is not _NDARRAY:
+        return False
+    flags = vector.flags
+    return (vector.dtype is dtype and vector.ndim == 1 and vector.size == size and flags.c_contiguous
+            and (flags.writeable or not writable))
+
+
+def _half_key(name, algorithm, op, sendbuf, recvbuf):
+    """A kept half's key in its communicator's ``runners``; in place: ``recvbuf`` None or ``sendbuf``."""
+    in_place = recvbuf is None or recvbuf is sendbuf
+    return name, algorithm, op, sendbuf.dtype, sendbuf.size, -1 if in_place else recvbuf.size
+
+
+def _kept_half(name, algorithm, op, comm, sendbuf, recvbuf):
+    """The :class:`_KeptHalf` of this call's shape on the last communicator used, or None."""
+    private = LAST_USED[1] if (_WORLD if comm is None else comm) is LAST_USED[0] else None
+    if private is None or recvbuf is not None and type(recvbuf) is not _NDARRAY:
+        return None
+    try:
+        return private.runners.get(_half_key(name, algorithm, op, sendbuf, recvbuf))
+    except TypeError:  # an unhashable op or algorithm: the full validation says what is wrong
+        return None
+
+
+def _keep_half(name, algorithm, op, coll, sendbuf, recvbuf, half):
+    """Keep a call of ``half`` that passed the full validation for its repeats (:class:`_KeptHalf`),
+    where it is the common case: NumPy vectors as :func:`_plain` asks, in place only as
+    ``recvbuf`` None or ``sendbuf`` itself, out of place two vectors that do not overlap."""
+    in_place = recvbuf is None or recvbuf is sendbuf
+    if (coll.xp is not np or not _plain(sendbuf, sendbuf.dtype, sendbuf.size, writable=in_place)
+            or not in_place and (not _plain(recvbuf, sendbuf.dtype, recvbuf.size) or overlaps(recvbuf, sendbuf))):
+        return
+    whole = sendbuf.size if in_place or name == "reduce_scatter" else recvbuf.size
+    offsets = ring.chunk_offsets(whole, coll.size)
+    private = coll.private
+    if len(private.runners) >= RUNNERS:
+        private.runners.clear()
+    private.runners[_half_key(name, algorithm, op, sendbuf, recvbuf)] = _KeptHalf(
+        name, coll, half, _fields(name, whole, sendbuf, op, algorithm, None), offsets[coll.rank],
+        offsets[coll.rank + 1], in_place, whole)
 
 
 def _half_plan(collective, algorithm, size, bandwidth):

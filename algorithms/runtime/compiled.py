@@ -150,24 +150,30 @@ def decision(private, xp, transport, other="python"):
     ``private``'s communicator for vectors of module ``xp`` carried by ``transport`` (None: none),
     and that choice in words, ``other`` naming what runs where it does not (collective the first
     time: it may build the channels)."""
+    limit, why = _decided(private, xp, transport)
+    return limit, why(other)
+
+
+def _decided(private, xp, transport):
+    """``(limit, why(other))``: :func:`decision`, its words left to be written when asked for."""
     engine = private.engine or setting("ALLREDUCE_ENGINE")
     if engine == "python":
-        return None, f"{other} (ALLREDUCE_ENGINE=python)"
+        return None, lambda other: f"{other} (ALLREDUCE_ENGINE=python)"
     if xp is not np:
-        return None, f"{other} (the compiled engine runs NumPy vectors)"
+        return None, lambda other: f"{other} (the compiled engine runs NumPy vectors)"
     place = private.resource(RESOURCE, Channels)
     if not place.usable:
-        return None, f"{other} (the compiled engine cannot run: {place.note})"
+        return None, lambda other: f"{other} (the compiled engine cannot run: {place.note})"
     if engine == "compiled":
-        return math.inf, "compiled (ALLREDUCE_ENGINE=compiled)"
+        return math.inf, lambda other: "compiled (ALLREDUCE_ENGINE=compiled)"
     if not isinstance(transport, SharedMemoryTransport):
-        return None, f"{other} (ALLREDUCE_ENGINE=auto: the transport is not the node's shared memory)"
-    return place.limit, f"compiled up to {size_text(place.limit)}, {other} above ({place.limit_from})"
+        return None, lambda other: f"{other} (ALLREDUCE_ENGINE=auto: the transport is not the node's shared memory)"
+    return place.limit, lambda other: f"compiled up to {size_text(place.limit)}, {other} above ({place.limit_from})"
 
 
 def chosen(coll, nbytes):
     """Whether the compiled engine runs a plan of ``nbytes`` vectors on ``coll`` (:func:`decision`)."""
-    limit = decision(coll.private, coll.xp, coll.transport)[0]
+    limit = _decided(coll.private, coll.xp, coll.transport)[0]
     return limit is not None and nbytes <= limit
 
 
@@ -267,12 +273,23 @@ def bind(coll, steps, count, dtype, names, kept_bytes):
         run_two.program = code  # what repeat_checks runs in one call of C
         return run_two
 
-    def run_any(*vectors):
-        if any(a is not b for a, b in zip(vectors, last)):
-            last[:len(vectors)] = vectors
-            last[3:6] = addresses(vectors)
+    if len(names) == 3:  # a reduce-scatter's (input, partial sums or None, output)
+        def run_three(a, b, c):
+            if a is not last[0] or b is not last[1] or c is not last[2]:
+                last[:3] = a, b, c
+                last[3:6] = addresses((a, b, c))
+            run(code, last[3], last[4], last[5])
+        return run_three
+
+    if len(names) != 1:
+        raise ValueError(f"a plan's run takes (input, output), (input, partial, output) or one vector, not {names}")
+
+    def run_one(whole):  # an all-gather's whole vector
+        if whole is not last[0]:
+            last[0] = whole
+            last[3:6] = addresses((whole,))
         run(code, last[3], last[4], last[5])
-    return run_any
+    return run_one
 
 
 def repeat_checks(runner, sendbuf, recvbuf):

@@ -208,15 +208,15 @@ def test_the_agreement_refuses_a_mismatch_on_either_engine(comm, engine, monkeyp
         mine.Free()
 
 
-def _bad_recvbufs():
-    """(error, message, recvbuf for x32()'s ten elements): what the full validation refuses."""
-    frozen = x32()
+def _bad_recvbufs(n=10):
+    """(error, message, recvbuf for a vector of ``n`` float32, n even): what the full validation refuses."""
+    frozen = x32(n)
     frozen.flags.writeable = False
     return [(ValueError, "recvbuf is read-only", frozen),
-            (ValueError, "recvbuf must be contiguous", x32(20)[::2]),
-            (ValueError, r"recvbuf must be 1-D, got shape \(2, 5\)", x32().reshape(2, 5)),
-            (TypeError, "recvbuf dtype float64 differs from sendbuf dtype float32", np.zeros(10)),
-            (ValueError, "recvbuf has 9 elements, expected 10", x32(9))]
+            (ValueError, "recvbuf must be contiguous", x32(2 * n)[::2]),
+            (ValueError, rf"recvbuf must be 1-D, got shape \(2, {n // 2}\)", x32(n).reshape(2, n // 2)),
+            (TypeError, "recvbuf dtype float64 differs from sendbuf dtype float32", np.zeros(n)),
+            (ValueError, f"recvbuf has {n - 1} elements, expected {n}", x32(n - 1))]
 
 
 @pytest.mark.parametrize("algorithm", ["ring", "rd", "oneshot", "native", "auto"])
@@ -236,6 +236,35 @@ def test_bad_buffers_after_a_good_call_of_their_shape(comm, algorithm):
     algorithms.allreduce(shared[:10], x32(), algorithm=algorithm, check=False)
     with pytest.raises(ValueError, match="sendbuf and recvbuf overlap without being the same buffer"):
         algorithms.allreduce(shared[:10], shared[5:15], algorithm=algorithm, check=False)
+    comm.Barrier()
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "twoshot", "rabenseifner", "auto"])
+def test_bad_buffers_after_good_halves_of_their_shape(comm, algorithm):
+    """A repeat of a reduce-scatter's or an all-gather's shape runs what its first call kept
+    (collectives._KeptHalf); what the full validation refuses is refused with the same message,
+    on one rank alone too, and a kept shape that one rank calls with another count is a
+    disagreement named on every rank."""
+    n, chunk = 4 * comm.size, 4
+    for _ in range(2):  # the good calls of the shapes: the second runs what the first kept
+        algorithms.reduce_scatter(x32(n), x32(chunk), algorithm=algorithm)
+        algorithms.all_gather(x32(chunk), x32(n), algorithm=algorithm)
+    calls = [(lambda recvbuf: algorithms.reduce_scatter(x32(n), recvbuf, algorithm=algorithm), _bad_recvbufs(chunk)),
+             (lambda recvbuf: algorithms.all_gather(x32(chunk), recvbuf, algorithm=algorithm),
+              _bad_recvbufs(n)[:4] + [(ValueError, f"sendbuf has {chunk} elements, but chunk", x32(2))])]
+    for call, bad in calls:
+        for error, message, recvbuf in bad:
+            raises_everywhere(comm, error, message, lambda: call(recvbuf))
+            if comm.size > 1:
+                raises_everywhere(comm, error, message + r".* \(on rank 1\)",
+                                  lambda: call(recvbuf if comm.rank == 1 else None))
+    shared = x32(n + 1)
+    with pytest.raises(ValueError, match="sendbuf and recvbuf overlap without being the same buffer"):
+        algorithms.all_gather(shared[:chunk], shared[1:], algorithm=algorithm, check=False)
+    if comm.size > 1:
+        more = n + comm.size if comm.rank else n  # rank 0 on its kept shape, the others on a new one
+        raises_everywhere(comm, ValueError, rf"ranks disagree about count: {n} on rank 0; {n + comm.size} on rank",
+                          lambda: algorithms.reduce_scatter(x32(more), x32(more // comm.size), algorithm=algorithm))
     comm.Barrier()
 
 

@@ -210,6 +210,59 @@ def test_all_gather_matches_native_allgatherv(comm, dtype, algorithm):
     assert not failures, f"rank {comm.rank}: " + "; ".join(failures)
 
 
+def _without_a_matrix(algorithm, size):
+    """The keyword arguments of :func:`options` that an algorithm cannot run without: a repeat of
+    a call's shape is kept only where no matrix is passed (collectives._KeptHalf)."""
+    declared = algorithms.ALGORITHMS[algorithm]
+    return options(algorithm, size) if declared.wants_bandwidth() else {}
+
+
+@pytest.mark.parametrize("algorithm", HALVES["reduce_scatter"])
+def test_reduce_scatter_repeated_on_new_vectors(comm, algorithm):
+    """A repeat of a reduce-scatter's shape runs what its first call kept (collectives._KeptHalf):
+    on new vectors with new contents each time, out of place and in place, avg divided, between
+    all-reduces of the same length, each result as NumPy reduces it, checked and unchecked."""
+    failures, extra = [], _without_a_matrix(algorithm, comm.size)
+    for op, count in (("sum", 1), ("avg", comm.size + 1), ("sum", 1009), ("max", 1009)):
+        offsets = algorithms.chunk_offsets(count, comm.size)
+        mine = slice(offsets[comm.rank], offsets[comm.rank + 1])
+        for salt in range(4):
+            expected = numpy_reference("float32", op, count, comm.size, salt)[mine]
+            x = rank_input("float32", op, count, comm.rank, comm.size, salt)
+            out = np.full(expected.size, 99, np.float32)
+            if algorithms.reduce_scatter(x, out, op=op, algorithm=algorithm, check=salt % 2 == 0,
+                                         **extra) is not out or wrong_elements(out, expected):
+                failures.append(f"{op} n={count} call {salt} out of place")
+            inplace = x.copy()
+            view = algorithms.reduce_scatter(inplace, op=op, algorithm=algorithm, **extra)
+            if wrong_elements(view, expected) or (view.size and not np.shares_memory(view, inplace)):
+                failures.append(f"{op} n={count} call {salt} in place")
+            algorithms.allreduce(x.copy(), op=op, algorithm="ring")
+    assert not failures, f"rank {comm.rank}: " + "; ".join(failures)
+
+
+@pytest.mark.parametrize("algorithm", HALVES["all_gather"])
+def test_all_gather_repeated_on_new_vectors(comm, algorithm):
+    """A repeat of an all-gather's shape runs what its first call kept: new vectors, new contents,
+    out of place and in place, each result the whole vector, checked and unchecked."""
+    failures, extra = [], _without_a_matrix(algorithm, comm.size)
+    for count in (1, comm.size + 1, 1009):
+        offsets = algorithms.chunk_offsets(count, comm.size)
+        mine = slice(offsets[comm.rank], offsets[comm.rank + 1])
+        for salt in range(4):
+            whole = rank_input("float32", "max", count, 0, 1, salt=salt)
+            out = np.full_like(whole, 7)
+            if algorithms.all_gather(whole[mine].copy(), out, algorithm=algorithm, check=salt % 2 == 0,
+                                     **extra) is not out or wrong_elements(out, whole):
+                failures.append(f"n={count} call {salt} out of place")
+            inplace = np.zeros_like(whole)
+            inplace[mine] = whole[mine]
+            if algorithms.all_gather(inplace, algorithm=algorithm, **extra) is not inplace or wrong_elements(
+                    inplace, whole):
+                failures.append(f"n={count} call {salt} in place")
+    assert not failures, f"rank {comm.rank}: " + "; ".join(failures)
+
+
 def trees_for(size):
     """Trees of every shape the executor may be handed: binomial from each root, a chain,
     a star, and random level-by-level trees (the same on every rank)."""
