@@ -67,8 +67,9 @@ def table(dtype, op):
 
 class Channels:
     """The node's channels (collective to build): for every ordered pair of ranks a head, a tail
-    and ``depth`` slots of ``slot`` bytes, in one window of shared memory; ``usable`` the same on
-    every rank, ``note`` why not where it is not."""
+    and ``depth`` slots of ``slot`` bytes, each a line ahead of its bytes for its flag (the layout:
+    ``compiled_engine.c``), in one window of shared memory; ``usable`` the same on every rank,
+    ``note`` why not where it is not."""
 
     def __init__(self, comm):
         size = comm.Get_size()
@@ -79,9 +80,9 @@ class Channels:
             everywhere = comm.allreduce(0 if MISSING else 1, op=MPI.MIN) == 1
             self.note = MISSING if not everywhere else None if together else "the ranks span nodes"
             if self.note is None:
-                per_pair = min(SLOT_BYTES, CHANNELS_BYTES // (size * size * DEPTH) // LINE * LINE)
+                per_pair = min(SLOT_BYTES, CHANNELS_BYTES // (size * size * DEPTH) // LINE * LINE - LINE)
                 self.slot = max(LINE, per_pair)
-                self.stride = 2 * LINE + DEPTH * self.slot
+                self.stride = 2 * LINE + DEPTH * (LINE + self.slot)
                 nbytes = size * size * self.stride
                 try:
                     self.win = allocate_shared(comm, node, nbytes if comm.Get_rank() == 0 else 0, LINE,

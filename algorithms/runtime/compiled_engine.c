@@ -4,12 +4,20 @@
  *
  * Channels. For each ordered pair of ranks (a, b) a ring of DEPTH slots of SLOT bytes carries a's
  * messages to b: a's count of fragments posted (head, written by a alone) and b's count taken
- * (tail, written by b alone) on cache lines of their own, then the slots. A message of L bytes
- * is max(1, ceil(L / SLOT)) fragments; both ends count them from their own L, equal in a well
- * formed plan. A sender writes fragment k into slot k mod DEPTH once k - tail < DEPTH, then
- * publishes head = k + 1 (release); the receiver reads it once head > k (acquire), copies or
- * reduces it into place and publishes tail = k + 1 (release). Messages between two ranks match
- * in the order they are posted, as MPI's do.
+ * (tail, written by b alone) on cache lines of their own, then the slots, each a line ahead of
+ * its bytes. A message of L bytes is max(1, ceil(L / SLOT)) fragments; both ends count them
+ * from their own L, equal in a well formed plan. A sender writes fragment k into slot k mod
+ * DEPTH once k - tail < DEPTH, then publishes the slot's flag = k + 1 (release) and head = k + 1;
+ * the receiver reads it once the flag is k + 1 (acquire), copies or reduces it into place and
+ * publishes tail = k + 1 (release). A flag is never stale: a slot's earlier fragments carried
+ * smaller numbers, and nothing else is written there. Messages between two ranks match in the
+ * order they are posted, as MPI's do.
+ *
+ * So that a small message costs as few cache lines crossing between cores as it can: a fragment
+ * of at most INLINE bytes lies in its flag's line, after the flag, so the receiver finds the
+ * flag and the bytes in one line (as NCCL's LL protocol does; a larger one starts on the next
+ * line); and a sender keeps, in its head's line, the last tail it read, and reads the receiver's
+ * tail again only when that one leaves no slot free.
  *
  * Progress. Sends and receives are kept pending until complete; every wait advances all of them
  * in their posting order (a send to b waits behind an earlier send to b, a receive from a behind
@@ -55,6 +63,7 @@ enum { T_I8, T_I16, T_I32, T_I64, T_U8, T_U16, T_U32, T_U64, T_F16, T_F32, T_F64
 enum { O_SUM, O_PROD, O_MAX, O_MIN };
 #define LINE 64
 #define MAX_PENDING 256
+#define INLINE (LINE - 8) /* a fragment this small lies in its flag's line */
 
 static unsigned long main_thread; /* the thread that imported the module: Python's signals run there */
 
@@ -84,9 +93,16 @@ static inline volatile uint64_t *tail_of(Run *r, int64_t from, int64_t to)
     return (volatile uint64_t *)((char *)head_of(r, from, to) + LINE);
 }
 
+/* slot k mod DEPTH of the channel from -> to: its flag, then (a line on, or after the flag for a
+ * fragment of at most INLINE bytes) its bytes */
 static inline char *slot_of(Run *r, int64_t from, int64_t to, uint64_t k)
 {
-    return (char *)head_of(r, from, to) + 2 * LINE + (int64_t)(k % (uint64_t)r->h[H_DEPTH]) * r->h[H_SLOT];
+    return (char *)head_of(r, from, to) + 2 * LINE + (int64_t)(k % (uint64_t)r->h[H_DEPTH]) * (LINE + r->h[H_SLOT]);
+}
+
+static inline char *bytes_of(char *slot, int64_t n)
+{
+    return slot + (n <= INLINE ? 8 : LINE);
 }
 
 /* ---- arithmetic: into[i] = acc[i] (op) src[i] ---- */
@@ -216,12 +232,21 @@ static void progress(Run *r)
         Pending *p = &r->sends[i];
         if (!busy[p->peer]) {
             volatile uint64_t *head = head_of(r, me, p->peer), *tail = tail_of(r, me, p->peer);
+            volatile uint64_t *seen = head + 1; /* the last tail this sender read */
             uint64_t k = *head;
-            while (p->done < p->total && (int64_t)(k - __atomic_load_n(tail, __ATOMIC_ACQUIRE)) < depth) {
+            while (p->done < p->total) {
+                if ((int64_t)(k - *seen) >= depth) {
+                    uint64_t now = __atomic_load_n(tail, __ATOMIC_ACQUIRE);
+                    if ((int64_t)(k - now) >= depth)
+                        break;
+                    *seen = now;
+                }
                 int64_t lo = p->done * slot, n = p->len - lo < slot ? p->len - lo : slot;
+                char *into = slot_of(r, me, p->peer, k);
                 if (n > 0)
-                    copy_bytes(slot_of(r, me, p->peer, k), p->data + lo, (size_t)n);
-                __atomic_store_n(head, ++k, __ATOMIC_RELEASE);
+                    copy_bytes(bytes_of(into, n), p->data + lo, (size_t)n);
+                __atomic_store_n((uint64_t *)into, ++k, __ATOMIC_RELEASE);
+                *head = k;
                 p->done++;
             }
         }
@@ -237,11 +262,14 @@ static void progress(Run *r)
     for (i = 0, kept = 0; i < r->nrecvs; i++) {
         Pending *p = &r->recvs[i];
         if (!busy[p->peer]) {
-            volatile uint64_t *head = head_of(r, p->peer, me), *tail = tail_of(r, p->peer, me);
+            volatile uint64_t *tail = tail_of(r, p->peer, me);
             uint64_t k = *tail;
-            while (p->done < p->total && __atomic_load_n(head, __ATOMIC_ACQUIRE) > k) {
+            while (p->done < p->total) {
+                char *at_k = slot_of(r, p->peer, me, k);
+                if (__atomic_load_n((uint64_t *)at_k, __ATOMIC_ACQUIRE) != k + 1)
+                    break;
                 int64_t lo = p->done * slot, n = p->len - lo < slot ? p->len - lo : slot;
-                const char *from = slot_of(r, p->peer, me, k);
+                const char *from = bytes_of(at_k, n);
                 if (p->acc)
                     reduce(r->h, p->data + lo, p->acc + lo, from, n);
                 else if (n > 0)

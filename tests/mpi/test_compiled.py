@@ -253,3 +253,20 @@ def test_a_wait_lets_other_threads_run(engines):
         assert during > 0.1 * rate, (during, rate)
     assert np.array_equal(out, np.full(4, comm.Get_size(), np.float32))
     assert engines_bound(comm) == {"algorithms.runtime.compiled"}
+
+
+def test_small_and_large_messages_take_turns_in_the_same_slots(engines):
+    """A slot carries a small piece after its flag and a large one a line on: pieces of every
+    size in turn through the same slots, many times round each ring of slots, each holding the
+    numbers its flags count (small integers), arrive whole: no piece is taken for another."""
+    comm = engines["compiled"]
+    size, rank = comm.Get_size(), comm.Get_rank()
+    counts = (1, 7, 8, 1025, 2, 1024 * 3 + 1, 6, 9)  # int64 pieces: 8-56 bytes after the flag, 57+ a line on
+    for turn in range(40):
+        for count in counts:
+            x = (np.arange(count, dtype=np.int64) + turn + rank) % 13 + 1
+            expected = sum((np.arange(count, dtype=np.int64) + turn + r) % 13 + 1 for r in range(size))
+            got = run_with("compiled", lambda: algorithms.allreduce(x, np.empty_like(x), algorithm="rd", comm=comm))
+            assert np.array_equal(got, expected), f"count {count}, turn {turn}"
+    if size > 1:
+        assert "algorithms.runtime.compiled" in engines_bound(comm)
