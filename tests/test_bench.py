@@ -533,7 +533,12 @@ def test_perf_benchmark_writes_every_target(tmp_path):
             else:
                 assert row[f"{name}_s"] == pytest.approx(own_median(rounds), rel=1e-12), name
     targets = {t["target"]: t for t in data["targets"]}
-    assert len(targets) == 21  # the per-call cost: of a call and of a persistent one
+    assert len(targets) == 22  # the per-call cost: of a call and of a persistent one
+    small = {r["bytes"]: [c / a for c, a in zip(r["rounds_s"]["mpi"], r["rounds_s"]["auto"])]
+             for r in data["rows"] if r["bytes"] <= 4096}  # auto against the library in C, round by round: 8 B here
+    found = targets["auto busbw >= 1.0x the MPI library timed in C, 8 B..4 KiB"]
+    assert list(small) == [8] and found["at_bytes"] == 8 and found["worst"] == round(own_median(small[8]), 3)
+    assert found["verdict"] == own_verdict(own_interval(small[8]), 1.0)
     for name in ("twoshot busbw >= 1.0x ring on registered vectors, 1..256 MiB",
                  "ring busbw >= 1.0x the MPI library timed in C, 256 KiB..256 MiB",
                  "ring busbw >= 1.0x native through mpi4py, 256 KiB..256 MiB"):  # no size in range

@@ -395,6 +395,7 @@ def targets(data, rows=None):
     ratio_check(f"auto busbw >= 1.0x {NATIVE}, 8 B..256 MiB", 8, 256 << 20, "auto", "native", 1.0)
     if "mpi_s" in rows.get(8, next(iter(rows.values()))):
         ratio_check(f"ring busbw >= 1.0x {LIBRARY}, 256 KiB..256 MiB", 256 << 10, 256 << 20, "ring", "mpi", 1.0)
+        ratio_check(f"auto busbw >= 1.0x {LIBRARY}, 8 B..4 KiB", 8, 4 << 10, "auto", "mpi", 1.0)
     if 8 in rows and "sendrecv_s" in rows[8]:
         for algo, exchanges in EXCHANGES.items():
             bound = HALVED_COST_US[algo]
