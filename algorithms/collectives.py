@@ -152,12 +152,9 @@ def reduce_scatter(sendbuf, recvbuf=None, *, op="sum", algorithm="ring", comm=No
     is overwritten) and a view of this rank's chunk in it is returned. ``bandwidth=`` as for
     :func:`allreduce` (``bamring``'s order, ``dring``'s).
     """
-    if bandwidth is None and type(sendbuf) is _NDARRAY:
-        kept = _kept_half("reduce_scatter", algorithm, op, comm, sendbuf, recvbuf)
-        if kept is not None:
-            result = kept.call(sendbuf, recvbuf, check)
-            if result is not None:
-                return result
+    repeated = _repeat_half("reduce_scatter", algorithm, op, comm, sendbuf, recvbuf, check, bandwidth)
+    if repeated is not None:
+        return repeated
 
     def validate(rank, size):
         offsets = ring.chunk_offsets(sendbuf.size, size)
@@ -191,12 +188,9 @@ def all_gather(sendbuf, recvbuf=None, *, algorithm="ring", comm=None, check=True
     chunk already at its place. ``algorithm``: one of ``HALVES["all_gather"]``;
     ``bandwidth=`` as for :func:`allreduce`. Returns the whole vector.
     """
-    if bandwidth is None and type(sendbuf) is _NDARRAY:
-        kept = _kept_half("all_gather", algorithm, None, comm, sendbuf, recvbuf)
-        if kept is not None:
-            result = kept.call(sendbuf, recvbuf, check)
-            if result is not None:
-                return result
+    repeated = _repeat_half("all_gather", algorithm, None, comm, sendbuf, recvbuf, check, bandwidth)
+    if repeated is not None:
+        return repeated
 
     def validate(rank, size):
         plan = _half_plan("all_gather", algorithm, size, bandwidth)
@@ -280,15 +274,19 @@ def _half_key(name, algorithm, op, sendbuf, recvbuf):
     return name, algorithm, op, sendbuf.dtype, sendbuf.size, -1 if in_place else recvbuf.size
 
 
-def _kept_half(name, algorithm, op, comm, sendbuf, recvbuf):
-    """The :class:`_KeptHalf` of this call's shape on the last communicator used, or None."""
+def _repeat_half(name, algorithm, op, comm, sendbuf, recvbuf, check, bandwidth):
+    """The result of this call run as the :class:`_KeptHalf` of its shape on the last communicator
+    used; None, having done nothing, where there is none or the vectors are not as it asks."""
+    if bandwidth is not None or type(sendbuf) is not _NDARRAY or recvbuf is not None and type(recvbuf) is not _NDARRAY:
+        return None
     private = LAST_USED[1] if (_WORLD if comm is None else comm) is LAST_USED[0] else None
-    if private is None or recvbuf is not None and type(recvbuf) is not _NDARRAY:
+    if private is None:
         return None
     try:
-        return private.runners.get(_half_key(name, algorithm, op, sendbuf, recvbuf))
+        kept = private.runners.get(_half_key(name, algorithm, op, sendbuf, recvbuf))
     except TypeError:  # an unhashable op or algorithm: the full validation says what is wrong
         return None
+    return kept.call(sendbuf, recvbuf, check) if kept is not None else None
 
 
 def _keep_half(name, algorithm, op, coll, sendbuf, recvbuf, half):
