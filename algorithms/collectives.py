@@ -6,6 +6,8 @@ arguments, so a mistake raises the same ``ValueError``/``TypeError`` on every
 rank instead of hanging. ``check`` itself must be the same on all ranks.
 """
 
+import functools
+
 import numpy as np
 from mpi4py import MPI
 
@@ -224,13 +226,15 @@ class _KeptHalf:
     """A reduce-scatter's or all-gather's call of one shape on one communicator, kept after its
     first full validation so that a repeat costs what the all-reduce's does: the few attributes
     of the vectors that the shape does not settle read again (:func:`_plain`), then the
-    agreement on the kept ``fields``, then the half itself. ``lo, hi``: this rank's chunk;
+    agreement on the kept ``fields``, then ``run``: the half's plan bound once where the half is one
+    (``half.bind``: :func:`.runtime.engine.planned_reduce_scatter`), else the half itself on the
+    context; ``run(src, partial or None, result)`` or ``run(whole)``. ``lo, hi``: this rank's chunk;
     ``whole``: the whole vector's length."""
 
-    __slots__ = ("name", "coll", "half", "fields", "lo", "hi", "in_place", "whole")
+    __slots__ = ("name", "coll", "run", "fields", "lo", "hi", "in_place", "whole")
 
-    def __init__(self, name, coll, half, fields, lo, hi, in_place, whole):
-        self.name, self.coll, self.half, self.fields = name, coll, half, fields
+    def __init__(self, name, coll, run, fields, lo, hi, in_place, whole):
+        self.name, self.coll, self.run, self.fields = name, coll, run, fields
         self.lo, self.hi, self.in_place, self.whole = lo, hi, in_place, whole
 
     def call(self, sendbuf, recvbuf, check):
@@ -248,13 +252,13 @@ class _KeptHalf:
             agree(coll.private, self.name, None, self.fields, _describe)
         if reducing:
             result = sendbuf[self.lo:self.hi] if in_place else recvbuf
-            self.half(coll, sendbuf, sendbuf if in_place else None, result)
+            self.run(sendbuf, sendbuf if in_place else None, result)
             coll.finish(result)
             return result
         whole = sendbuf if in_place else recvbuf
         if not in_place:
             coll.copy(whole[self.lo:self.hi], sendbuf)
-        self.half(coll, whole)
+        self.run(whole)
         return whole
 
 
@@ -299,11 +303,13 @@ def _keep_half(name, algorithm, op, coll, sendbuf, recvbuf, half):
         return
     whole = sendbuf.size if in_place or name == "reduce_scatter" else recvbuf.size
     offsets = ring.chunk_offsets(whole, coll.size)
+    bind = getattr(half, "bind", None)  # (the call just made built what it binds: nothing collective)
+    run = bind(coll, whole, sendbuf.dtype, in_place) if bind is not None else functools.partial(half, coll)
     private = coll.private
     if len(private.runners) >= RUNNERS:
         private.runners.clear()
     private.runners[_half_key(name, algorithm, op, sendbuf, recvbuf)] = _KeptHalf(
-        name, coll, half, _fields(name, whole, sendbuf, op, algorithm, None), offsets[coll.rank],
+        name, coll, run, _fields(name, whole, sendbuf, op, algorithm, None), offsets[coll.rank],
         offsets[coll.rank + 1], in_place, whole)
 
 

@@ -60,9 +60,8 @@ def all_gather_steps(size, rank, count, itemsize):
     return tuple(plan)
 
 
-def all_gather(coll, whole):
-    """Bruck's all-gather in place: ``whole`` holds this rank's chunk at its place and ends whole."""
-    engine.all_gather(coll, all_gather_steps, whole)
+all_gather = engine.planned_all_gather(all_gather_steps, """``all_gather(coll, whole)``: Bruck's all-gather
+    in place: ``whole`` holds this rank's chunk at its place and ends whole.""")
 
 
 def schedule(model, m):

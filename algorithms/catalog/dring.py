@@ -215,16 +215,13 @@ def bind(coll, count, dtype):
     return engine.bound(coll, steps, count, dtype, None)
 
 
-def reduce_scatter(coll, src, partial, result, order=None):
-    """Both rings' reduce-scatter around the ranks' order, or ``order`` (a
+reduce_scatter = engine.planned_reduce_scatter(reduce_scatter_steps, """``reduce_scatter(coll, src, partial,
+    result, order=None)``: both rings' reduce-scatter around the ranks' order, or ``order`` (a
     :class:`.bamring.RingOrder`): :func:`reduce_scatter_steps`, the partial sums in ``partial``
-    (``src`` itself in place), or in scratch when it is None."""
-    engine.reduce_scatter(coll, reduce_scatter_steps, src, partial, result, order)
+    (``src`` itself in place), or in scratch when it is None.""", None)
 
-
-def all_gather(coll, whole, order=None):
-    """Both rings' all-gather in place around the ranks' order, or ``order``: :func:`all_gather_steps`."""
-    engine.all_gather(coll, all_gather_steps, whole, order)
+all_gather = engine.planned_all_gather(all_gather_steps, """``all_gather(coll, whole, order=None)``: both rings'
+    all-gather in place around the ranks' order, or ``order``: :func:`all_gather_steps`.""", None)
 
 
 def model_ring(model):

@@ -267,15 +267,12 @@ def all_gather_steps(size, rank, count, itemsize):
     return tuple(plan)
 
 
-def reduce_scatter(coll, src, partial, result):
-    """:func:`reduce_scatter_steps`, the partial sums in ``partial`` (``src`` itself in place), or
-    in scratch when it is None."""
-    engine.reduce_scatter(coll, reduce_scatter_steps, src, partial, result)
+reduce_scatter = engine.planned_reduce_scatter(reduce_scatter_steps, """``reduce_scatter(coll, src, partial,
+    result)``: :func:`reduce_scatter_steps`, the partial sums in ``partial`` (``src`` itself in place), or
+    in scratch when it is None.""")
 
-
-def all_gather(coll, whole):
-    """:func:`all_gather_steps` on ``whole``."""
-    engine.all_gather(coll, all_gather_steps, whole)
+all_gather = engine.planned_all_gather(all_gather_steps, """``all_gather(coll, whole)``: :func:`all_gather_steps`
+    on ``whole``.""")
 
 
 def _folds(model, k):

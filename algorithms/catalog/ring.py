@@ -130,18 +130,15 @@ def all_gather_steps(size, rank, count, itemsize, order=None):
                  for out, into in _all_gather_order(size, rank, order)) if size > 1 else ()
 
 
-def reduce_scatter(coll, src, partial, result, order=None):
-    """Ring reduce-scatter of ``src`` (read only) into ``result`` (this rank's chunk), around
+reduce_scatter = engine.planned_reduce_scatter(reduce_scatter_steps, """``reduce_scatter(coll, src, partial,
+    result, order=None)``: ring reduce-scatter of ``src`` (read only) into ``result`` (this rank's chunk), around
     ``order`` (default: the ranks in order): :func:`reduce_scatter_steps`, the partial sums in
     ``partial`` (a whole-length vector, which may be ``src`` itself when in place) or, when it
-    is None, in scratch. Each piece is reduced as it arrives (:meth:`Collective.sendrecv_combine`)."""
-    engine.reduce_scatter(coll, reduce_scatter_steps, src, partial, result, order)
+    is None, in scratch. Each piece is reduced as it arrives (:meth:`Collective.sendrecv_combine`).""", None)
 
-
-def all_gather(coll, buf, order=None):
-    """Ring all-gather in place: ``buf`` holds this rank's chunk at its place and ends whole
-    (:func:`all_gather_steps`)."""
-    engine.all_gather(coll, all_gather_steps, buf, order)
+all_gather = engine.planned_all_gather(all_gather_steps, """``all_gather(coll, buf, order=None)``: ring
+    all-gather in place: ``buf`` holds this rank's chunk at its place and ends whole (:func:`all_gather_steps`).""",
+                                       None)
 
 
 def bind(coll, count, dtype, order=None):

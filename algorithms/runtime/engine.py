@@ -39,6 +39,34 @@ def all_gather(coll, build, whole, *args):
     bound(coll, build, whole.size, whole.dtype, *args, names=ALL_GATHER)(whole)
 
 
+def planned_reduce_scatter(build, doc, *defaults):
+    """The reduce-scatter ``half(coll, src, partial, result, *args)`` that runs the plan ``build``
+    (:func:`reduce_scatter`; ``args``, where none are passed, ``defaults``), documented by ``doc``,
+    with ``half.bind(coll, count, dtype, in_place)``: ``run(src, partial, result)`` for vectors of
+    that shape, ``partial`` ``src`` itself (in place) or None, bound once (:func:`bound`), which a
+    repeat of a call of that shape runs (``collectives._KeptHalf``)."""
+    def half(coll, src, partial, result, *args):
+        reduce_scatter(coll, build, src, partial, result, *(args or defaults))
+
+    def bind(coll, count, dtype, in_place):
+        return bound(coll, build, count, dtype, *defaults, "input" if in_place else "scratch", names=REDUCE_SCATTER)
+    half.bind, half.__doc__ = bind, doc
+    return half
+
+
+def planned_all_gather(build, doc, *defaults):
+    """The all-gather ``half(coll, whole, *args)`` that runs the plan ``build`` (:func:`all_gather`;
+    ``args`` as :func:`planned_reduce_scatter` takes them), with ``half.bind(coll, count, dtype,
+    in_place)``: ``run(whole)`` for vectors of that shape, bound once."""
+    def half(coll, whole, *args):
+        all_gather(coll, build, whole, *(args or defaults))
+
+    def bind(coll, count, dtype, in_place):
+        return bound(coll, build, count, dtype, *defaults, names=ALL_GATHER)
+    half.bind, half.__doc__ = bind, doc
+    return half
+
+
 def bound(coll, build, count, dtype, *args, names=ALLREDUCE):
     """``run(*vectors)``, the vectors those ``names`` name in the plan (default ``run(sendbuf,
     recvbuf)``): :func:`bind` of the steps ``build(size, rank, count, itemsize, *args)`` makes for
