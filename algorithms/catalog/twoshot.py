@@ -41,10 +41,11 @@ The two shots are also the reduce-scatter and the all-gather on their own (chunk
 They run as rounds of the same boxes and counters as the all-reduce, so any mix of the three on
 one communicator keeps the counters right; where the compiled engine runs plans of the whole
 vector's size they are plans instead (:func:`reduce_scatter_steps`, :func:`all_gather_steps`).
-A vector over one box goes in one round of kernel copies where the kernel allows them (the reduce-scatter reads, the all-gather writes its chunk
-into every other rank's vector); otherwise, and for a vector of one box or less, through the
-boxes, round k on piece k of every chunk (the others' N-1 pieces end to end in a box for a
-reduce-scatter; its own one for an all-gather). A registered vector is read where it lies, but
+A vector over one box goes in one round of kernel copies where the kernel allows them (the
+reduce-scatter reads, the all-gather writes its chunk into every other rank's vector);
+otherwise, and for a vector of one box or less, through the boxes, round k on piece k of every
+chunk (the others' N-1 pieces end to end in a box for a reduce-scatter; its own one for an
+all-gather). A registered vector is read where it lies, but
 the halves do not take the all-reduce's single round for registered vectors: they go a box at a
 time.
 
@@ -470,12 +471,11 @@ def all_gather_steps(size, rank, count, itemsize):
     return two_step_all_gather(size, rank, count)
 
 
-def planned_reduce_scatter(coll, src, partial, result):
-    engine.reduce_scatter(coll, reduce_scatter_steps, src, partial, result)
+planned_reduce_scatter = engine.planned_reduce_scatter(reduce_scatter_steps, """``planned_reduce_scatter(coll, src,
+    partial, result)``: the first shot's plan on the engine (:func:`reduce_scatter_steps`).""")
 
-
-def planned_all_gather(coll, whole):
-    engine.all_gather(coll, all_gather_steps, whole)
+planned_all_gather = engine.planned_all_gather(all_gather_steps, """``planned_all_gather(coll, whole)``: the second
+    shot's plan on the engine (:func:`all_gather_steps`).""")
 
 
 def steps(size, rank, count, itemsize):
