@@ -60,6 +60,8 @@ class Algorithm:
       each half runs for the cost model, ``nbytes`` the whole vector (nccl-tests' size).
     * ``plan_when_compiled``: its ``steps`` run only on the compiled engine, where it runs plans
       of that size; elsewhere (longer vectors, the Python engine) its own ``allreduce`` runs.
+    * ``across_nodes``: the registered algorithm that runs in its place where the ranks span
+      nodes (an algorithm of one node's shared memory; ``bench plan-fit`` prices that one's plan).
     * ``halves_take_no_plan``: its halves use nothing ``prepare`` makes (hier: rings across nodes
       whatever ``ALLREDUCE_HIER_ACROSS``), so they need no ``bandwidth=``; one given is checked.
     * ``received(n, nbytes)``: ``(reduced, copied)``, the bytes of the messages that all ``n``
@@ -92,6 +94,7 @@ class Algorithm:
     halves_take_no_plan: bool = False
     received: Optional[Callable] = relayed
     plan_when_compiled: bool = False
+    across_nodes: Optional[str] = None
 
     def runs(self, collective):
         """Whether it runs ``collective`` ("allreduce", "reduce_scatter" or "all_gather")."""

@@ -40,6 +40,17 @@ def mpiexec():
     return found
 
 
+#: OFI's tcp provider on the loopback: OFI otherwise takes the first interface it finds, and
+#: interfaces that come and go on the machine (the lab's veths) failed MPI_Init and MPI_Finalize.
+LOOPBACK = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "FI_TCP_IFACE": "lo"}
+
+
+def cliques(k):
+    """MPICH's cliques: Split_type(SHARED) makes K blocks of consecutive ranks, nodes on one
+    machine, whose messages go through the netmod (on the loopback)."""
+    return {"MPIR_CVAR_NUM_CLIQUES": str(k), "MPIR_CVAR_CLIQUES_BY_BLOCK": "1", **LOOPBACK}
+
+
 def run_mpi(ranks, args, timeout, env=None):
     """Run ``python ARGS`` on ``ranks`` ranks; a hang becomes a failure after ``timeout`` s."""
     command = [mpiexec(), "-n", str(ranks), sys.executable, *args]

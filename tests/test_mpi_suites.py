@@ -4,7 +4,7 @@
 import json
 
 import pytest
-from conftest import run_mpi
+from conftest import cliques, run_mpi
 
 from bench.baselines.gloo import problem as gloo_problem
 
@@ -89,6 +89,13 @@ def test_shared_memory_transport_suite_with_small_slots(tmp_path):
               env={"ALLREDUCE_SHM_SLOT_BYTES": "4096", "ALLREDUCE_SHM_MIN_BYTES": "64",
                    "ALLREDUCE_SHM_MAX_BYTES": "65536", "ALLREDUCE_SEGMENT_BYTES": "16384",
                    "ALLREDUCE_SHM_BY_PAGES": "1"}, select=SMALLEST_AND_LARGEST_ITEMS)
+
+
+def test_one_node_algorithms_across_nodes_suite(tmp_path):
+    """oneshot and twoshot on ranks that span nodes (MPICH's cliques: nodes of ranks 0-1 and 2,
+    messages between them on the loopback), where they run and bind their fallbacks (rd, the
+    ring): exact in every dtype and op, repeated, persistent and in halves."""
+    run_suite(3, "tests/mpi/test_correctness.py", tmp_path, timeout=180, env=cliques(2), select="oneshot or twoshot")
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 3, 5])

@@ -122,6 +122,55 @@ def test_replay_prices_small_messages_by_the_steps(n):
     assert tree == pytest.approx(2 * np.log2(n) * alpha, rel=1e-3)
 
 
+def test_replay_charges_each_transport_step_its_own_cost():
+    """o before each step that calls the transport, none for a copy or a reduction within a rank:
+    on 2 ranks, α 5 us and o 1 us, the ring's two exchanges take 2(o + α), rd's exchange and
+    reduction o + α, oneshot's copy, send, copy, receive and wait α + 2o (the receive's o within
+    the message's way), the double tree's send, receive, send, wait, receive, wait 2α + 3o; where
+    o outlasts α (o 4 us, α 3 us) its six steps take 6o. With every message taking 7 us
+    (``message_seconds``, a time measured for its size) the ring takes 2(o + 7 us)."""
+    def priced(name, alpha_us, step_us, message=None):
+        network = Network.uniform(2, 1e6, alpha_us)  # 8-byte messages: their bytes cost ~0
+        return replay(plan_of(name, 2, 2, 4), 4, network, step_us * 1e-6, message).seconds * 1e6
+
+    for name, closed in (("ring", 12.0), ("rd", 6.0), ("oneshot", 7.0), ("dbtree", 13.0)):
+        assert priced(name, 5.0, 1.0) == pytest.approx(closed, abs=1e-3), name
+    assert priced("dbtree", 3.0, 4.0) == pytest.approx(24.0, abs=1e-3)
+    assert priced("ring", 5.0, 1.0, lambda nbytes: 7e-6) == pytest.approx(16.0, abs=1e-9)
+    with pytest.raises(ValueError, match="negative"):
+        priced("ring", 5.0, -1.0)
+
+
+@pytest.mark.parametrize("step_us, way_us", [(0.0, 5.0), (1.0, 5.0), (4.0, 3.0)])
+def test_plan_fit_recovers_the_costs_its_probes_were_priced_at(step_us, way_us):
+    """``bench plan-fit``'s fit, given the probes' times as the replay prices them from a call's
+    cost c, a step's o and a message's way t(m) = t0 + m / (1 GB/s), finds c, o and t(m) again:
+    where the three-step exchange's receive waits for the message (o <= t) and where it does not."""
+    from bench.tools.plan_fit import exchange_in_three_steps, exchange_steps, exchanges_twice, fit
+    call, network = 0.5e-6, Network.uniform(2, 1e6, 1.0)
+    sizes = (8, 64, 512, 4096)
+
+    def way(nbytes):
+        return way_us * 1e-6 + nbytes / 1e9
+
+    def timed(build):
+        return np.array([call + replay([build(2, r, m // 4, 4) for r in range(2)], 4, network, step_us * 1e-6,
+                                       way).seconds for m in sizes])
+    found_call, found_step, found_way = fit(timed(exchange_steps), timed(exchanges_twice),
+                                            timed(exchange_in_three_steps))
+    assert found_call == pytest.approx(call, abs=1e-12) and found_step == pytest.approx(step_us * 1e-6, abs=1e-12)
+    assert found_way == pytest.approx([way(m) for m in sizes], abs=1e-12)
+
+
+def test_plan_fit_prices_the_plan_that_runs():
+    """An algorithm of one node's shared memory runs its fallback where the ranks span nodes, and
+    that is the plan priced: oneshot's rd, twoshot's ring; on one node their own."""
+    from bench.tools.plan_fit import plan_that_runs
+    assert plan_that_runs("oneshot", [0, 1]) is REGISTERED["rd"]
+    assert plan_that_runs("twoshot", [0, 0, 1]) is REGISTERED["ring"]
+    assert plan_that_runs("oneshot", [0, 0]) is REGISTERED["oneshot"] and plan_that_runs("ring", [0, 1]) is REGISTERED["ring"]
+
+
 @pytest.mark.parametrize("n", [2, 3, 5, 8])
 def test_replay_agrees_with_the_schedules(n):
     """The cost model's schedules of the ring and of the double binary tree, written apart from
@@ -303,7 +352,9 @@ def test_plan_fit_prices_every_algorithm_it_times(ranks, engine, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     document = json.loads(out.read_text())
     assert document["ranks"] == ranks and len(document["fits"]) == 3
-    assert all(fit["alpha_us"] > 0 and fit["call_us"] >= 0 for fit in document["fits"])
+    assert all(fit["alpha_us"] > 0 and fit["call_us"] >= 0 and fit["step_us"] >= 0 for fit in document["fits"])
+    probed = [1 << k for k in range(2, 10)]  # every power of two from 4 B to the largest size, 512 B
+    assert all(sorted(map(int, fit["message_us"])) == probed for fit in document["fits"])
     rows = {(row["bytes"], row["algorithm"]): row for row in document["rows"]}
     assert set(rows) == {(size, name) for size in (8, 64, 512) for name in FITTED}
     for row in rows.values():

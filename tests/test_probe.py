@@ -9,23 +9,12 @@ import time
 
 import numpy as np
 import pytest
-from conftest import ROOT, run_mpi
+from conftest import LOOPBACK, ROOT, cliques, run_mpi
 
 from topology import BandwidthMatrix
 from topology.copy_rate import page_aligned_pair
 from topology.probe import (DISAGREE, LATENCY_SHARE, _cap, _matrices, _measured_pairs, _suspicious_pairs, node_schedule,
                             port_plan, rate, suspicious, tournament)
-
-#: OFI's tcp provider on the loopback: OFI otherwise takes the first interface it finds, and
-#: interfaces that come and go on the machine (the lab's veths) failed MPI_Init and MPI_Finalize.
-LOOPBACK = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "FI_TCP_IFACE": "lo"}
-
-
-def cliques(k):
-    """MPICH's cliques: Split_type(SHARED) makes K blocks of consecutive ranks, nodes on one
-    machine, whose messages go through the netmod (on the loopback)."""
-    return {"MPIR_CVAR_NUM_CLIQUES": str(k), "MPIR_CVAR_CLIQUES_BY_BLOCK": "1", **LOOPBACK}
-
 
 @pytest.mark.parametrize("ranks,mode,rounds", [(3, "rounds", 3), (4, "rounds", 3), (4, "each", 6), (2, "rounds", 1)])
 def test_probe_writes_a_valid_matrix(tmp_path, ranks, mode, rounds):

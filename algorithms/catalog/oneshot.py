@@ -95,5 +95,5 @@ def schedule(model, m):
 
 
 # on device buffers it runs recursive doubling, whose messages are what it receives there
-ALGORITHM = dataclasses.replace(over_boxes("oneshot", OneShotWindow, recursive_doubling.allreduce, schedule,
+ALGORITHM = dataclasses.replace(over_boxes("oneshot", OneShotWindow, recursive_doubling.ALGORITHM, schedule,
                                            steps=steps), received=recursive_doubling.received)

@@ -487,7 +487,7 @@ def steps(size, rank, count, itemsize):
 
 
 ALGORITHM = dataclasses.replace(
-    over_boxes("twoshot", TwoShotWindow, ring.allreduce, schedule, in_pieces, steps=steps),
+    over_boxes("twoshot", TwoShotWindow, ring.ALGORITHM, schedule, in_pieces, steps=steps),
     reduce_scatter=on_window("twoshot", TwoShotWindow, reduce_scatter_on, ring.reduce_scatter, planned_reduce_scatter),
     all_gather=on_window("twoshot", TwoShotWindow, all_gather_on, ring.all_gather, planned_all_gather),
     reduce_scatter_schedule=half_schedule, all_gather_schedule=half_schedule)

@@ -33,8 +33,9 @@ def over_boxes(name, window, fallback, schedule, pieces=in_pieces, steps=None):
     """The :class:`.algorithm.Algorithm` (``allreduce(coll, sendbuf, recvbuf)`` with its ``bind``
     and ``describe``, ``schedule``, one node only) of the algorithm ``name`` whose window is ``window(comm)`` (a :class:`.transports.boxes.Boxes`
     with ``round_for(dtype, count)``, giving ``round(piece, out, coll)``; collective to build, kept
-    as the communicator's resource ``name``); ``fallback(coll, sendbuf, recvbuf)`` runs where it
-    cannot, ``pieces(boxes, sendbuf, recvbuf, coll)`` a vector over one box (:func:`in_pieces`).
+    as the communicator's resource ``name``); ``fallback``, a registered algorithm's record, runs
+    where it cannot (bound as its own calls bind it, and named by the record's ``across_nodes``),
+    ``pieces(boxes, sendbuf, recvbuf, coll)`` a vector over one box (:func:`in_pieces`).
     ``steps``: the algorithm as a plan (:mod:`.plan`), which the compiled engine runs instead of the
     rounds wherever it runs plans of that size (the record's ``plan_when_compiled``)."""
 
@@ -48,6 +49,8 @@ def over_boxes(name, window, fallback, schedule, pieces=in_pieces, steps=None):
         if planned(coll, count * dtype.itemsize):
             return engine.bound(coll, steps, count, dtype)
         boxes = coll.private.resources.get(name)  # made by the first call (collective)
+        if boxes is not None and not boxes.usable and coll.xp is np and fallback.bind is not None:
+            return fallback.bind(coll, count, dtype)  # across nodes, or no /dev/shm: the fallback, as it binds
         if (boxes is None or not boxes.usable or coll.xp is not np or coll.size == 1
                 or count * dtype.itemsize > boxes.capacity):
             return functools.partial(allreduce, coll)
@@ -72,7 +75,7 @@ def over_boxes(name, window, fallback, schedule, pieces=in_pieces, steps=None):
             return
         boxes = boxes or coll.private.resource(name, window)
         if not boxes.usable or coll.xp is not np:
-            fallback(coll, sendbuf, recvbuf)
+            fallback.allreduce(coll, sendbuf, recvbuf)
             return
         if sendbuf.size * sendbuf.itemsize <= boxes.capacity:
             boxes.round_for(sendbuf.dtype, sendbuf.size)(sendbuf, recvbuf, coll)
@@ -91,7 +94,7 @@ def over_boxes(name, window, fallback, schedule, pieces=in_pieces, steps=None):
 
     # across nodes it runs its fallback
     return Algorithm(name, allreduce, schedule=schedule, bind=bind, describe=describe, one_node_only=True,
-                     steps=steps, plan_when_compiled=steps is not None)
+                     steps=steps, plan_when_compiled=steps is not None, across_nodes=fallback.name)
 
 
 def on_window(name, window, run, fallback, planned=None):

@@ -1,15 +1,19 @@
 """``mpiexec -n N python -m bench plan-fit``: each algorithm's time at small sizes beside what the
-cost model prices its plan at, from the time of one message measured through the same engine.
+cost model prices its plan at, from the time of one message and of one step measured through the
+same engine.
 
-Each round times, at every size, two probes run by the engine that runs the plans of that size
+Each round times, at every size, three probes run by the engine that runs the plans of that size
 (``algorithms/runtime/engine.py``'s choice: the compiled engine up to its threshold): one
-reducing exchange with the ring's neighbours (the step the ring takes N-1 times), and two such
-exchanges one after the other; then every algorithm through the same engine (each algorithm's
-bound call, without the entry point's checks), the candidates in an order rotated each round.
-The second exchange's time (the two probes' difference), α + m/β by least squares over the
-sizes, gives the links of a uniform network (``topology.model.Network.uniform``); what one
-exchange takes beyond it is the call's own cost c (entering and leaving the engine, paid once a
-call whatever its steps). Each algorithm's plan is replayed on those links
+reducing exchange with the ring's neighbours (the step the ring takes N-1 times), the same
+exchange in three steps (a nonblocking send, a receive that reduces, a wait: the double tree's
+way), and two exchanges one after the other; then every algorithm through the same engine (each
+algorithm's bound call, without the entry point's checks), the candidates in an order rotated
+each round. Half of what the three-step exchange takes beyond the one-step one is a step's own
+cost o (the engine taking a step: LogP's overhead). The second exchange's time (the difference
+of the one- and two-exchange probes) less o, α + m/β by least squares over the sizes, gives the
+links of a uniform network (``topology.model.Network.uniform``); what one exchange takes beyond
+o + α + m/β is the call's own cost c (entering and leaving the engine, paid once a call whatever
+its steps). Each algorithm's plan is replayed on those links with o a step
 (``topology/model/replay.py``) at each size and priced at c plus the replay. So each round gives
 a measured time and a price per algorithm and size; the table shows the medians with their 95%
 intervals and the paired ratio, measured over priced, with its interval, judged against
@@ -24,7 +28,7 @@ from mpi4py import MPI
 import algorithms
 from algorithms.runtime import engine
 from algorithms.runtime.executor import private_comm
-from algorithms.runtime.plan import sendrecv_reduce
+from algorithms.runtime.plan import isend, recv_reduce, sendrecv_reduce, wait
 from algorithms.registry import REGISTERED
 from plumbing.files import check_writable, write_json_atomically
 from topology.model import Network
@@ -40,7 +44,7 @@ from ..formats.tables import size_label
 
 #: the algorithms written as plans that run without a bandwidth matrix
 FITTED = tuple(name for name, record in REGISTERED.items() if record.steps is not None and not record.wants_bandwidth())
-PROBE, PROBE_TWICE = "exchange", "two exchanges"
+PROBE, PROBE_SPLIT, PROBE_TWICE = "exchange", "exchange in three steps", "two exchanges"
 UNRESOLVED = 1000.0  # GB/s: β where a round's times did not grow with size (no bandwidth term to fit)
 
 
@@ -64,7 +68,7 @@ def main(argv):
     if comm.Get_size() < 2:
         p.error("needs at least 2 ranks (mpiexec -n 2 or more): one rank sends no message to fit")
     sizes = [s for s in sweep(args.minbytes, args.maxbytes, args.stepfactor) if s >= 4]
-    samples = measure(comm, names, sizes, args.rounds)
+    samples = measure(comm, names, sizes, probe_sizes(sizes), args.rounds)
     fits, rows = price(node_numbers(comm), names, sizes, samples)
     header = results_header("plan-fit", comm=comm)  # collective
     if comm.Get_rank() == 0:
@@ -88,29 +92,48 @@ def exchanges_twice(size, rank, count, itemsize):
     return exchange_steps(size, rank, count, itemsize, 2)
 
 
+def exchange_in_three_steps(size, rank, count, itemsize):
+    """The one-exchange probe's messages and reduction in three steps: a nonblocking send to the
+    right, a receive from the left reduced into the output, a wait for the send."""
+    right, left = (rank + 1) % size, (rank - 1) % size
+    whole = ("input", 0, count)
+    return (isend(right, whole, 0), recv_reduce(left, whole, ("output", 0, count)), wait(0))
+
+
 def probe(coll, count, build=exchange_steps):
     """The probe ``build`` makes on ``count`` float32, through the engine that runs the algorithms'
     plans of that size (``engine.bound``: the compiled one where it runs)."""
     return engine.bound(coll, build, count, np.dtype(np.float32))
 
 
-def measure(comm, names, sizes, rounds):
-    """{size: {name: [seconds per call, one a round]}}, the probe (:data:`PROBE`) among the names;
-    every size and candidate in each round, the candidates' order rotated each round."""
+def probe_sizes(sizes):
+    """The sizes the probes run at: every power of two from 4 B to the largest of ``sizes``, and
+    those (the messages of a plan are its vector's size or a part of it)."""
+    top = max(sizes)
+    return sorted({1 << k for k in range(2, top.bit_length()) if 1 << k <= top} | set(sizes))
+
+
+def measure(comm, names, sizes, probed, rounds):
+    """{size: {name: [seconds per call, one a round]}}: the algorithms ``names`` at ``sizes``, the
+    probes (:data:`PROBE`, :data:`PROBE_SPLIT`, :data:`PROBE_TWICE`) at ``probed``; every size and
+    candidate in each round, the candidates' order rotated each round."""
     coll = private_comm(comm).collective(np, "sum")
     calls = {}
-    for size in sizes:
+    for size in sorted(set(sizes) | set(probed)):
         count = size // 4
         x, y = np.ones(count, np.float32), np.empty(count, np.float32)
-        once, twice = probe(coll, count), probe(coll, count, exchanges_twice)
-        for name in names:  # a first call builds what an algorithm builds collectively (hier's nodes)
-            algorithms.allreduce(x, y, algorithm=name, comm=comm, check=False)
-        runners = {name: coll.runner(algorithms.ALGORITHMS[name], count, x.dtype) for name in names}
-        timed = {PROBE: once, PROBE_TWICE: twice, **runners}  # each on this size's vectors
-        calls[size] = {name: (lambda run=run, x=x, y=y: run(x, y)) for name, run in timed.items()}
-    samples = {size: {name: [] for name in calls[size]} for size in sizes}
+        timed = {}
+        if size in probed:
+            timed = {PROBE: probe(coll, count), PROBE_SPLIT: probe(coll, count, exchange_in_three_steps),
+                     PROBE_TWICE: probe(coll, count, exchanges_twice)}
+        if size in sizes:
+            for name in names:  # a first call builds what an algorithm builds collectively (hier's nodes)
+                algorithms.allreduce(x, y, algorithm=name, comm=comm, check=False)
+            timed.update({name: coll.runner(algorithms.ALGORITHMS[name], count, x.dtype) for name in names})
+        calls[size] = {name: (lambda run=run, x=x, y=y: run(x, y)) for name, run in timed.items()}  # this size's vectors
+    samples = {size: {name: [] for name in calls[size]} for size in calls}
     for index in range(rounds):
-        for size in sizes:
+        for size in calls:
             iters = min(iterations_for(size), 500)
             for name in round_order(list(calls[size]), index):
                 seconds, _ = time_calls(comm, calls[size][name], iters, min(50, iters))
@@ -119,23 +142,35 @@ def measure(comm, names, sizes, rounds):
 
 
 def price(nodes, names, sizes, samples):
-    """(each round's fit ``{"call_us", "alpha_us", "beta_GBps"}``, the rows): each round's α and β
-    from its second exchanges (:func:`fit`), and each plan (hier's on the ranks' ``nodes``) replayed
-    on uniform links of those at each size, plus the call's own cost."""
-    n, rounds = len(nodes), len(samples[sizes[0]][PROBE])
+    """(each round's fit ``{"call_us", "step_us", "alpha_us", "beta_GBps", "message_us"}``, the
+    rows): each round's c, o and a message's time at each probe size from its probes
+    (:func:`fit`), and each plan (hier's on the ranks' ``nodes``) replayed with o a step and each
+    message priced at the time measured for its size (interpolated between the probe sizes), plus
+    c; α and β: the least-squares line of the messages' times, for the header (a message holds
+    no port beyond its measured time: ``Network.uniform`` of :data:`UNRESOLVED` GB/s)."""
+    n = len(nodes)
+    probed = sorted(size for size in samples if PROBE in samples[size])
+    rounds = len(samples[probed[0]][PROBE])
     fits, priced = [], {(size, name): [] for size in sizes for name in names}
     for r in range(rounds):
-        once = np.array([samples[size][PROBE][r] for size in sizes])
-        twice = np.array([samples[size][PROBE_TWICE][r] for size in sizes])
-        call, alpha, beta = fit(np.array(sizes, dtype=float), once, twice)
-        fits.append({"call_us": call * 1e6, "alpha_us": alpha * 1e6, "beta_GBps": beta / 1e9})
-        network = Network.uniform(n, beta / 1e9, alpha * 1e6, nodes=nodes, intra_GBps=beta / 1e9)
+        once, twice, split = (np.array([samples[size][name][r] for size in probed])
+                              for name in (PROBE, PROBE_TWICE, PROBE_SPLIT))
+        call, step, way = fit(once, twice, split)
+        slope, alpha = np.polyfit(probed, way, 1) if len(probed) > 1 else (0.0, way[0])
+        alpha, beta = max(alpha, 1e-9), 1.0 / slope if slope > 0 else UNRESOLVED * 1e9
+        fits.append({"call_us": call * 1e6, "step_us": step * 1e6, "alpha_us": alpha * 1e6, "beta_GBps": beta / 1e9,
+                     "message_us": {str(size): t * 1e6 for size, t in zip(probed, way)}})
+        # each message takes the time measured for its size, ports and links holding it for none
+        network = Network.uniform(n, UNRESOLVED, alpha * 1e6, nodes=nodes, intra_GBps=UNRESOLVED)
+
+        def message(nbytes, way=way):
+            return float(np.interp(nbytes, probed, way))
         for size in sizes:
             for name in names:
-                record = REGISTERED[name]
+                record = plan_that_runs(name, nodes)
                 extra = () if record.plan_input is None else (record.plan_input(n, None, nodes),)
                 plan = [record.steps(n, k, size // 4, 4, *extra) for k in range(n)]
-                priced[size, name].append(call + replay(plan, 4, network).seconds)
+                priced[size, name].append(call + replay(plan, 4, network, step, message).seconds)
     rows = []
     for size in sizes:
         for name in names:
@@ -146,28 +181,52 @@ def price(nodes, names, sizes, samples):
     return fits, rows
 
 
-def fit(sizes, once, twice):
-    """``(call, alpha, beta)`` in seconds and bytes a second from one round's times of one exchange
-    (``once``) and of two (``twice``) at each of ``sizes`` bytes: the second exchange, ``twice -
-    once``, is α + m/β (least squares); the call's own cost is what one exchange takes beyond
-    that (its median over the sizes, at least 0)."""
-    step = twice - once
-    slope, alpha = np.polyfit(sizes, step, 1) if len(sizes) > 1 else (0.0, step[0])
-    alpha, beta = max(alpha, 1e-9), 1.0 / slope if slope > 0 else UNRESOLVED * 1e9
-    call = max(float(np.median(once - (alpha + sizes / beta))), 0.0)
-    return call, alpha, beta
+def plan_that_runs(name, nodes):
+    """The record whose plan runs for ``name`` on ranks on ``nodes``: an algorithm of one node's
+    shared memory runs its ``across_nodes`` algorithm where they span nodes."""
+    record = REGISTERED[name]
+    if record.across_nodes is not None and len(set(nodes)) > 1:
+        return REGISTERED[record.across_nodes]
+    return record
+
+
+def fit(once, twice, split):
+    """``(call, step, way)`` from one round's times of one exchange (``once``), of two
+    (``twice``) and of one in three steps (``split``) at each probe size, as the replay prices the
+    probes: two exchanges take c + 2(o + t), one c + o + t, t a message's way, so the second
+    exchange, D = ``twice - once``, is o + t; the one in three steps takes d = ``split - once``
+    more than one, which is o where its receive waits for the message (t >= o: the wait step's o)
+    and 3o - D where it does not (the receive's o outlasts the message's way). o: the median over
+    the sizes of each size's (:func:`step_cost`); ``way``: D - o at each size, in seconds; the
+    call's own cost c: what one exchange takes beyond o + t (its median over the sizes, at least
+    0)."""
+    step = float(np.median([step_cost(d, second) for d, second in zip(split - once, twice - once)]))
+    way = np.maximum(twice - once - step, 0.0)
+    call = max(float(np.median(once - step - way)), 0.0)
+    return call, step, way
+
+
+def step_cost(extra, second):
+    """A step's own cost o from what the three-step exchange takes beyond the one-step one
+    (``extra`` = o + max(0, 2o - D), the replay's price of it) and the second exchange's time
+    ``second`` = D; 0 where the extra is not positive (noise)."""
+    if extra <= 0:
+        return 0.0
+    return extra if 2 * extra <= second else (extra + second) / 3
 
 
 def lines(n, fits, rows, within):
     call = median_interval([f["call_us"] for f in fits])
+    step = median_interval([f["step_us"] for f in fits])
     alpha = median_interval([f["alpha_us"] for f in fits])
     beta = median_interval([f["beta_GBps"] for f in fits])
     beta_text = (f"beta {beta.median:.2f} GB/s [{beta.low:.2f}, {beta.high:.2f}]" if beta.median < UNRESOLVED else
                  f"beta unresolved (in most rounds the times did not grow with size; {UNRESOLVED:g} GB/s taken)")
-    out = [f"# plan-fit: {n} ranks; one and two reducing exchanges through the engine, fitted each round: "
-           f"a call {call.median:.2f} us [{call.low:.2f}, {call.high:.2f}], a step's alpha "
-           f"{alpha.median:.2f} us [{alpha.low:.2f}, {alpha.high:.2f}], {beta_text} (95% intervals over "
-           f"{len(fits)} rounds)",
+    out = [f"# plan-fit: {n} ranks; one reducing exchange, the same in three steps, and two exchanges "
+           f"through the engine, fitted each round: a call {call.median:.2f} us [{call.low:.2f}, {call.high:.2f}], "
+           f"a step's own cost o {step.median:.2f} us [{step.low:.2f}, {step.high:.2f}]; each message priced at "
+           f"the second exchange's time at its size less o, whose line is alpha {alpha.median:.2f} us "
+           f"[{alpha.low:.2f}, {alpha.high:.2f}], {beta_text} (95% intervals over {len(fits)} rounds)",
            f"# {'size':>8s}  {'algorithm':13s} {'measured us':>24s}  {'priced us':>9s}  "
            f"{'measured/priced':>22s}  within {within:.0%}"]
     for row in rows:

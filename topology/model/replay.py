@@ -11,6 +11,14 @@ rank's memory rate γ where the network gives one. A blocking exchange ends when
 halves have, a send when its bytes have left. So the ring's 2(N-1) exchanges of M/N take
 2(N-1)(α + M/(Nβ)) and a tree's steps add up level by level: the α-β closed forms.
 
+Each step that calls the transport (a send, a receive, an exchange, a wait; not a copy or a
+reduction within the rank) also costs its rank ``step_seconds`` (o) before it starts: the
+engine's own time to take such a step (LogP's overhead o, Culler et al., 1993), which overlaps
+no other step of the rank. An engine that runs a step in a few instructions has o near 0; one that
+interprets each step in Python and calls MPI for it pays a microsecond or more, so that a plan
+of more steps on the same chain of messages (the double tree's isend, receive and wait against
+the ring's one exchange) costs more.
+
 The replay is also strict about what a plan may rely on: a send (blocking, or waited for)
 completes only once its receiver has posted the matching receive, as an MPI program that does
 not count on buffering, and messages between two ranks match in the order they were posted.
@@ -25,6 +33,7 @@ import numpy as np
 _SENDS = {"isend", "send", "sendrecv", "sendrecv_reduce"}
 _RECEIVES = {"recv", "recv_reduce", "sendrecv", "sendrecv_reduce"}
 _REDUCES = {"recv_reduce", "irecv_reduce", "sendrecv_reduce"}
+_MESSAGING = _SENDS | _RECEIVES | {"irecv", "irecv_reduce", "wait"}  # the steps that call the transport
 
 
 @dataclass
@@ -46,12 +55,17 @@ class _Message:
         self.received = False  # its receive is posted
 
 
-def replay(ranks, itemsize, network):
+def replay(ranks, itemsize, network, step_seconds=0.0, message_seconds=None):
     """Replay the plan ``ranks`` (rank r's steps: ``ranks[r]``) of elements of ``itemsize`` bytes
     on ``network`` (a :class:`.network.Network`: its links, the node of each rank and the nodes'
-    ports; each rank reduces at its memory rate where the network gives one, else for nothing).
-    Returns a :class:`Replay`; ``ValueError`` when the plan deadlocks or a step names a rank that
-    is not in it."""
+    ports; each rank reduces at its memory rate where the network gives one, else for nothing),
+    each step that calls the transport costing its rank ``step_seconds`` before it starts. With
+    ``message_seconds(nbytes)``, a message of n bytes takes that from its start to its arrival
+    (a time measured for messages of that size) instead of its link's α + n/β; it still holds
+    its ports n/β. Returns a :class:`Replay`; ``ValueError`` when the plan deadlocks or a step
+    names a rank that is not in it."""
+    if step_seconds < 0:
+        raise ValueError(f"a step's cost of {step_seconds} s: it cannot be negative")
     n = len(ranks)
     if n != network.n:
         raise ValueError(f"a plan of {n} ranks on a network of {network.n}")
@@ -68,6 +82,7 @@ def replay(ranks, itemsize, network):
     posted_recvs = {}  # (src, dst) -> receives posted so far
     handles = [{} for _ in range(n)]
     current = [None] * n  # the step under way: (its send's message, its receive's index)
+    started = [None] * n  # when the step under way began (its cost o is paid from then)
     totals = [0, 0]
 
     def post_send(r, to, piece):
@@ -80,7 +95,8 @@ def replay(ranks, itemsize, network):
             out, into = nbytes / egress[node[r]], nbytes / ingress[node[to]]
             start = _reserve(ports_out[node[r]], ports_in[node[to]], start, out, into)
             hold = max(hold, out, into)
-        message = _Message(start, start + latency[r, to] + hold, start + hold, nbytes)
+        way = latency[r, to] + hold if message_seconds is None else message_seconds(nbytes)
+        message = _Message(start, start + max(way, hold), start + hold, nbytes)
         queue = channels.setdefault((r, to), [])
         message.received = len(queue) < posted_recvs.get((r, to), 0)
         queue.append(message)
@@ -114,12 +130,15 @@ def replay(ranks, itemsize, network):
         """Run rank r's next step if it can end now; whether it did."""
         step = ranks[r][pc[r]]
         kind = step.kind
+        if started[r] is None:  # the step begins: the engine takes o to take it, if it calls the transport
+            started[r] = clock[r]
+            clock[r] += step_seconds if kind in _MESSAGING else 0.0
         if kind == "isend":
             handles[r][step.handle] = post_send(r, step.to, step.send)
-            return _done(r, clock[r], clock, times, pc)
+            return done(r, clock[r])
         if kind in ("irecv", "irecv_reduce"):
             handles[r][step.handle] = (step, post_recv(r, step.source))
-            return _done(r, clock[r], clock, times, pc)
+            return done(r, clock[r])
         if kind == "wait":
             named = [handles[r][h] for h in step.waits]
             sent = [m for m in named if isinstance(m, _Message)]
@@ -130,12 +149,12 @@ def replay(ranks, itemsize, network):
             end = max([clock[r]] + [m.left for m in sent])
             for waited, index in taken:
                 end = max(end, arrived(r, waited.source, index, waited))
-            return _done(r, end, clock, times, pc)
+            return done(r, end)
         if kind in ("copy", "zero"):
-            return _done(r, clock[r], clock, times, pc)
+            return done(r, clock[r])
         if kind == "combine":
             nbytes = (step.into[2] - step.into[1]) * itemsize
-            return _done(r, clock[r] + (nbytes / memory_Bps[r] if memory_Bps is not None else 0.0), clock, times, pc)
+            return done(r, clock[r] + (nbytes / memory_Bps[r] if memory_Bps is not None else 0.0))
         if current[r] is None:
             message = post_send(r, step.to, step.send) if kind in _SENDS else None
             index = post_recv(r, step.source) if kind in _RECEIVES else None
@@ -150,7 +169,15 @@ def replay(ranks, itemsize, network):
                 return False
             end = max(end, got)
         current[r] = None
-        return _done(r, end, clock, times, pc)
+        return done(r, end)
+
+    def done(r, end):
+        """Rank r's step ends at ``end``: recorded from when it began, and the next one due."""
+        times[r].append((started[r], end))
+        started[r] = None
+        clock[r] = end
+        pc[r] += 1
+        return True
 
     while True:
         moved, unfinished = False, False
@@ -187,13 +214,6 @@ def _reserve(out, into, start, hold_out, hold_in):
     bisect.insort(out, (t, t + hold_out))
     bisect.insort(into, (t, t + hold_in))
     return t
-
-
-def _done(r, end, clock, times, pc):
-    times[r].append((clock[r], end))
-    clock[r] = end
-    pc[r] += 1
-    return True
 
 
 def _links(n, link):
