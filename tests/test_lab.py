@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from algorithms.costs import cost_model
+from bench.formats.results import read_results
 from bench.lab import experiments, network
 from bench.lab.__main__ import main as lab_main
 from topology import BandwidthMatrix
@@ -314,9 +315,41 @@ def test_the_configured_network_is_the_labs_shape_as_a_matrix():
     closed = 2 * 3 / 4 * nbytes / (gbps / 4 * 1e9) + 2 * 3 * 40e-6
     assert cost_model(Network.from_matrix(matrix)).time("ring", nbytes) == pytest.approx(closed, rel=1e-6)
     two = network.Lab("arlab", np.full((2, 2), 200.0), network.DEFAULT_SUBNET, ranks_per_node=2).shape()
-    within = experiments.configured_matrix(two)
+    within = experiments.configured_matrix(two, alpha_us=40.0)
     assert within.nodes == [0, 0, 1, 1] and within.bandwidth[0, 1] == experiments.LAB_INTRA_GBPS
     assert within.ports is None and within.racks is None
+
+
+@needs_lab
+def test_the_labs_network_file_has_its_measured_latencies_and_no_run_beats_its_bound(tmp_path):
+    """2 nodes of one rank, 1000 Mbit/s: ``network`` writes the configured link with the latencies
+    a probe measures in the lab and its C-timed floor; the lower bound of any all-reduce on that
+    file holds against MPI's own all-reduce and ours timed there from 8 B (a configured 50 us a
+    message made a bound that MPI's 8-byte all-reduce beat, at 0.14x of it)."""
+    tag = f"w{os.getpid() % 100000}"
+    net, results = tmp_path / "net.json", tmp_path / "results.json"
+    network.up(np.full((2, 2), 1000.0), tag=tag, subnet="10.231.53.0/24")
+    try:
+        written = lab_cli("network", "-o", str(net), tag=tag, timeout=300)
+        assert written.returncode == 0 and "measured there" in written.stdout, written.stderr[-2000:]
+        ran = lab_cli("exec", "--", "-m", "bench", "-b", "8", "-e", "512", "-f", "8", "-n", "300", "-w", "30",
+                      "--algo", "native,ring,rd,tree", "-J", str(results), "--log", "none", "--quiet", tag=tag, timeout=300)
+        assert ran.returncode == 0, ran.stderr[-2000:]
+    finally:
+        network.down(tag)
+    assert leftovers(tag) == []
+    matrix = BandwidthMatrix.load(net)
+    gbps = 1000 * network.GOODPUT / 8000
+    assert matrix.bandwidth[0, 1] == pytest.approx(gbps) and matrix.measured["floor"] is not None
+    bounds = cost_model(Network.from_matrix(matrix)).lower_bound
+    rows = read_results(str(results))
+    assert {row["algorithm"] for row in rows} == {"native", "ring", "rd", "tree"}
+    for row in rows:
+        bound = bounds(row["size"])
+        assert bound.missing is None and bound.seconds > 0, bound
+        for placed in ("out_of_place", "in_place"):
+            assert row[placed]["time"] >= bound.seconds * 1e6, (row["algorithm"], row["size"], placed, row[placed],
+                                                                 bound)
 
 
 @needs_lab
@@ -353,9 +386,9 @@ def test_a_rack_uplink_caps_the_traffic_between_racks(tmp_path):
         up = lab.uplink_bytes()
         within = rate_of(lab, [(0, 1), (2, 3)], 2 * expected)
         assert (lab.uplink_bytes() - up)[:, 0].max() < 1 << 20  # within a rack: nothing went up
-        assert lab_main(["--tag", tag, "network", "-o", str(tmp_path / "net.json")]) == 0
+        assert lab_main(["--tag", tag, "network", "--alpha-us", "50", "-o", str(tmp_path / "net.json")]) == 0
         written = BandwidthMatrix.load(tmp_path / "net.json")
-        assert written.to_json() == experiments.configured_matrix(lab.shape()).to_json()
+        assert written.to_json() == experiments.configured_matrix(lab.shape(), 50.0).to_json()
     finally:
         network.down(tag)
     assert leftovers(tag) == []

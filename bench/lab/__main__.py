@@ -6,8 +6,9 @@
         --nodes K --ranks-per-node R [--nic-mbit X] [--racks N --oversubscription RATIO]
         [--slow-nic NODE:MBIT] [--slow-pair A:B:MBIT]
   down  remove exactly what ``up`` created (by its state file)
-  network -o FILE [--alpha-us A]   write the lab's configured network as a matrix file
-        (python -m bench scaling --topology, python -m bench train --topology)
+  network -o FILE [--alpha-us A]   write the lab's network as a matrix file: its configured links
+        and ports, the latencies and links within a node measured there by a short probe (or
+        --alpha-us for every message); python -m bench scaling|train|model --topology read it
   exec  -- ARGS...   run ``python ARGS`` as one MPI job, R ranks in each node's namespace
   run   [--only NAME ...] [--sizes 8M,...] [--probe-bytes 8M] [--iters N]
                       every experiment, lab up and down around each
@@ -178,11 +179,13 @@ def main(argv=None):
     u.add_argument("--subnet", default=network.DEFAULT_SUBNET,
                    help=f"IPv4 subnet of the namespaces' addresses (default {network.DEFAULT_SUBNET})")
     sub.add_parser("down", help="remove what 'up' created")
-    w = sub.add_parser("network", help="write the configured network of the lab that is up as a matrix file")
+    w = sub.add_parser("network", help="write the network of the lab that is up as a matrix file: its configured "
+                                       "links, ports and uplinks, with the latencies and the links within a node "
+                                       "measured there")
     w.add_argument("-o", "--output", required=True, help="the JSON file to write (required)")
-    w.add_argument("--alpha-us", type=float, default=experiments.LAB_ALPHA_US,
-                   help=f"start-up time of every message, in us: the lab adds no delay (default "
-                        f"{experiments.LAB_ALPHA_US:g}, what its probes measure)")
+    w.add_argument("--alpha-us", type=float, default=None,
+                   help="start-up time of every message in us, instead of measuring it (default: measured by a "
+                        "probe of the lab's ranks, a few seconds; the lab adds no delay of its own)")
     e = sub.add_parser("exec", help="run python ARGS as one MPI job, the lab's ranks per node in each namespace")
     e.add_argument("args", nargs=argparse.REMAINDER, help="-- then the arguments of python, e.g. -- -m bench -b 8M")
     r = sub.add_parser("run", help="every experiment; writes results/lab/")
@@ -202,16 +205,25 @@ def main(argv=None):
             removed = network.down(args.tag, args.owner)
             print(f"lab {args.tag}: removed {', '.join(removed) if removed else 'nothing (not up)'}")
             return 0
-        if args.command == "network":
-            matrix = experiments.configured_matrix(network.load(args.tag).shape(), args.alpha_us)
+        if args.command == "network" and args.alpha_us is not None:
+            matrix = experiments.network_matrix(network.load(args.tag), args.alpha_us)
             matrix.save(args.output)
-            print(f"lab {args.tag}: wrote its configured network ({matrix.size} ranks, {matrix.node_count} nodes) "
-                  f"to {args.output}")
+            print(f"lab {args.tag}: wrote its configured network ({matrix.size} ranks, {matrix.node_count} nodes, "
+                  f"{args.alpha_us:g} us a message) to {args.output}")
             return 0
         reason = network.requirements()
         if reason:
             print(f"python -m bench.lab: cannot run here: {reason}", file=sys.stderr)
             return CANNOT_RUN
+        if args.command == "network":
+            matrix = experiments.network_matrix(network.load(args.tag))
+            matrix.save(args.output)
+            between = matrix.latency[~(np.asarray(matrix.nodes)[:, None] == np.asarray(matrix.nodes)[None, :])]
+            measured = f"{between.min():.3g}-{between.max():.3g} us a message between nodes" if between.size else \
+                "one node"
+            print(f"lab {args.tag}: wrote its network ({matrix.size} ranks, {matrix.node_count} nodes; measured there: "
+                  f"{measured}) to {args.output}")
+            return 0
         if args.command == "up":
             lab = network.up(tag=args.tag, subnet=args.subnet, owner=args.owner, **shape_of(args))
             print(f"lab {args.tag}: {describe(lab)}; 'python -m bench.lab down' removes it")

@@ -61,8 +61,8 @@ MPICH_RSAG = "mpi:reduce_scatter_allgather"
 # links measured up to 14% low: four busy-polling ranks on two cores starve the TCP stack.)
 _SEED = seed_example().bandwidth[np.ix_([0, 2, 1, 3], [0, 2, 1, 3])] * 50
 
-LAB_ALPHA_US = 50.0  # a message's start-up between the lab's namespaces, as its probes measure it (30-80 us)
-LAB_INTRA_GBPS = 2.0  # two ranks of one namespace over MPICH's shared memory, as the probes measure it
+LAB_INTRA_GBPS = 2.0  # two ranks of one namespace over MPICH's shared memory, where no probe says otherwise
+NETWORK_PROBE_BYTES = 64 << 10  # the probe `network` runs for the latencies: short messages, a few seconds
 NIC_MBIT = 200.0  # every node's NIC in the node shapes; links between nodes as fast
 
 
@@ -135,15 +135,32 @@ def expected_rates(shape):
     return lone, nic
 
 
-def configured_matrix(shape, alpha_us=LAB_ALPHA_US, intra_GBps=LAB_INTRA_GBPS):
+def configured_matrix(shape, alpha_us=None, intra_GBps=LAB_INTRA_GBPS, probed=None):
     """The network a lab is configured as (``lab.shape()``), as a rank-level
     :class:`topology.BandwidthMatrix`: between nodes each link's rate x GOODPUT, each NIC a port
-    (none: the node's fastest link), racks behind their uplinks; within a node ``intra_GBps``.
-    The lab adds no delay: ``alpha_us`` is every message's start-up between nodes and within."""
+    (none: the node's fastest link), racks behind their uplinks. What the configuration cannot say
+    comes from ``probed``, a probe of the lab's ranks (:func:`network_matrix`): every latency, the
+    links within a node, and the probe's C-timed latencies and copy rates (``measured["floor"]``,
+    which the lower bound takes); or, without a probe, ``alpha_us`` for every message's start-up
+    (the lab adds no delay) and ``intra_GBps`` within a node."""
     k, r = shape["nodes"], shape["ranks_per_node"]
     node = np.repeat(np.arange(k), r)
+    same = node[:, None] == node[None, :]
     gbps = np.asarray(shape["rates_mbit"], dtype=float) * network.GOODPUT / 8000
-    bandwidth = np.where(node[:, None] == node[None, :], float(intra_GBps), gbps[np.ix_(node, node)])
+    measured = {"configured": "python -m bench.lab network", "goodput_factor": network.GOODPUT}
+    if probed is not None:
+        if probed.size != len(node) or list(probed.nodes) != node.tolist():
+            raise network.LabError(f"the probe has {probed.size} ranks on nodes {probed.nodes}; the lab "
+                                   f"{len(node)} on {node.tolist()}")
+        within, latency = probed.bandwidth, probed.latency
+        measured.update({"measured": f"latencies and the links within a node: python -m topology probe in the "
+                                     f"lab ({probed.measured.get('bytes')} B messages)",
+                         "floor": probed.measured.get("floor"), "machines": probed.measured.get("machines")})
+    elif alpha_us is None:
+        raise ValueError("a lab's network needs its probe or a start-up time (alpha_us)")
+    else:
+        within, latency = np.full(same.shape, float(intra_GBps)), np.full(same.shape, float(alpha_us))
+    bandwidth = np.where(same, within, gbps[np.ix_(node, node)])
     nic = shape["nic_mbit"]
     ports = None
     if nic is not None:
@@ -154,9 +171,23 @@ def configured_matrix(shape, alpha_us=LAB_ALPHA_US, intra_GBps=LAB_INTRA_GBPS):
     if shape["racks"] is not None and shape["uplink_mbit"] is not None:
         uplinks = {way: [pair[w] * network.GOODPUT / 8000 for pair in shape["uplink_mbit"]]
                    for w, way in enumerate(("up", "down"))}
-    return BandwidthMatrix(bandwidth, np.full(bandwidth.shape, float(alpha_us)), [shape["hostnames"][i] for i in node],
-                           {"configured": "python -m bench.lab network", "goodput_factor": network.GOODPUT},
+    return BandwidthMatrix(bandwidth, latency, [shape["hostnames"][i] for i in node], measured,
                            node.tolist(), ports, shape["racks"] if uplinks else None, uplinks)
+
+
+def network_matrix(lab, alpha_us=None):
+    """``python -m bench.lab network``'s matrix of the lab that is up: :func:`configured_matrix`,
+    with the latencies and the links within a node measured by a probe of its ranks in the lab
+    (:data:`NETWORK_PROBE_BYTES` messages), or with ``alpha_us`` for every start-up instead."""
+    shape = lab.shape()
+    if alpha_us is not None:
+        return configured_matrix(shape, alpha_us)
+    with tempfile.TemporaryDirectory() as workdir:
+        path = os.path.join(workdir, "probe.json")
+        _in_lab(lab, ["-m", "topology", "probe", "-o", path, "-b", str(NETWORK_PROBE_BYTES), "--reps", str(PROBE_REPS),
+                      "--warmup", str(PROBE_WARMUP)], timeout=600)
+        probed = BandwidthMatrix.load(path, ranks=lab.ranks)
+    return configured_matrix(shape, probed=probed)
 
 
 def _per_node(value, k):

@@ -22,7 +22,8 @@ ranks (no reduction inside the network).
   heard of grows at most (1 + R)-fold a network latency alpha_n (R the most ranks of a node),
   so T >= h alpha_n, h the least with (1 + R)^h >= K: ceil(log2 K) with a rank a node.
 
-On a probed network (a file of :mod:`topology.probe`, with its ``measured["floor"]``) the links
+On a probed network (a file of :mod:`topology.probe`, with its ``measured["floor"]``, or any
+file that carries a probe's floor, as the network lab's does beside its configured links) the links
 within a node carry at least their host's fastest copy at any size (a rank reading a peer's
 memory moves bytes no faster than a copy; a copy hot in the caches is the fastest there is),
 the links between nodes, the ports and the uplinks their measured rates raised by the probe's
@@ -120,7 +121,9 @@ class Floor:
         src, dst = src[off], dst[off]
         same = nodes[src] == nodes[dst]
         matrix = network.matrix if network.has_matrix else None
-        probed = matrix is not None and "synthetic" not in matrix.measured and "method" in matrix.measured
+        # a probe's file, or one with a probe's floor (the network lab's: configured links, measured latencies)
+        probed = matrix is not None and "synthetic" not in matrix.measured and (
+            "method" in matrix.measured or matrix.measured.get("floor") is not None)
         self.probed = probed
         self.missing, self.intra, self.within, self.between = None, None, np.zeros(k), 0.0
         if not probed:  # the links are definitions
