@@ -114,6 +114,15 @@ def on_window(name, window, run, fallback, planned=None):
                 run(boxes, coll, *vectors)
                 return
         fallback(coll, *vectors)
+
+    def bind(coll, count, dtype, in_place):
+        """The half for vectors of ``count`` elements (the whole vector's) of ``dtype``, decided once
+        where the compiled engine runs it: its plan bound (``planned.bind``); else ``half`` itself,
+        which decides each call."""
+        if planned is not None and coll.size > 1 and compiled.chosen(coll, count * dtype.itemsize):
+            return planned.bind(coll, count, dtype, in_place)
+        return functools.partial(half, coll)
+    half.bind = bind
     return half
 
 
