@@ -165,7 +165,7 @@ def test_plan_fit_recovers_the_costs_its_probes_were_priced_at(step_us, way_us):
 def test_plan_fit_prices_the_plan_that_runs():
     """An algorithm of one node's shared memory runs its fallback where the ranks span nodes, and
     that is the plan priced: oneshot's rd, twoshot's ring; on one node their own."""
-    from bench.tools.plan_fit import plan_that_runs
+    from bench.tools.plan import plan_that_runs
     assert plan_that_runs("oneshot", [0, 1]) is REGISTERED["rd"]
     assert plan_that_runs("twoshot", [0, 0, 1]) is REGISTERED["ring"]
     assert plan_that_runs("oneshot", [0, 0]) is REGISTERED["oneshot"] and plan_that_runs("ring", [0, 1]) is REGISTERED["ring"]
@@ -246,6 +246,22 @@ def test_bench_plan_prints_each_rank_and_exports_json(tmp_path):
     # 2 log2 4 = 4 messages in a row of 5 us and 32 B at 10 GB/s
     assert document["modelled_us"] == pytest.approx(4 * (5 + 32 / 10e3), rel=1e-3)
     assert f"# modelled time {document['modelled_us']:.2f} us" in proc.stdout
+
+
+def test_bench_plan_prints_the_plan_that_runs_across_nodes(tmp_path):
+    """On 2 nodes of 2 ranks oneshot runs recursive doubling: bench plan prints and exports rd's
+    plan (its steps exchange with one peer a step, as rd's own plan does), and says so; on one
+    node, oneshot's own plan (one step of messages to every other rank)."""
+    out = tmp_path / "oneshot.json"
+    proc = run_plan_tool("--algo", "oneshot", "-n", "4", "--count", "8", "--ranks-per-node", "2", "-J", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "# oneshot runs rd's plan where its ranks span nodes" in proc.stdout
+    name, count, itemsize, ranks = plan.from_json(json.loads(out.read_text()))
+    assert name == "rd" and ranks == [tuple(steps) for steps in plan_of("rd", 4, 8, 4)]
+    run_symbolically(ranks, count)
+    alone = run_plan_tool("--algo", "oneshot", "-n", "4", "--count", "8", "-J", str(out))
+    assert alone.returncode == 0 and "runs rd's plan" not in alone.stdout
+    assert plan.from_json(json.loads(out.read_text()))[3] == [tuple(steps) for steps in plan_of("oneshot", 4, 8, 4)]
 
 
 def test_bench_plan_refuses_what_it_cannot_print(tmp_path):

@@ -37,8 +37,10 @@ def main(argv):
                    "in us (default 5)")
     p.add_argument("--beta-GBps", type=float, default=10.0, help="without --topology: link bandwidth, in GB/s "
                    "(default 10)")
-    p.add_argument("--ranks-per-node", type=int, default=1, metavar="R",
-                   help="without --topology: R consecutive ranks a node (hier's nodes; default 1)")
+    p.add_argument("--ranks-per-node", type=int, default=None, metavar="R",
+                   help="without --topology: R consecutive ranks a node (hier's nodes; default 1, and oneshot and "
+                        "twoshot their own one-node plans; given, where the ranks span nodes, the plan those two run "
+                        "there)")
     p.add_argument("-J", "--json", metavar="FILE", help="write the plan as JSON (docs/algorithms.md#plans)")
     args = p.parse_args(argv)
     try:
@@ -52,6 +54,15 @@ def main(argv):
     if args.json:
         write_json_atomically(args.json, document)
     return 0
+
+
+def plan_that_runs(name, nodes):
+    """The record whose plan runs for ``name`` on ranks on ``nodes``: an algorithm of one node's
+    shared memory runs its ``across_nodes`` algorithm where they span nodes."""
+    record = REGISTERED[name]
+    if record.across_nodes is not None and len(set(nodes)) > 1:
+        return REGISTERED[record.across_nodes]
+    return record
 
 
 def plan_of(args):
@@ -71,27 +82,32 @@ def plan_of(args):
     count = n if args.count is None else args.count
     if count < 0:
         raise ValueError("--count must not be negative")
-    if args.ranks_per_node < 1:
+    if args.ranks_per_node is not None and args.ranks_per_node < 1:
         raise ValueError("--ranks-per-node must be positive")
+    per_node = args.ranks_per_node or 1
     itemsize = row.dtype.itemsize
-    nodes = list(matrix.nodes) if matrix is not None else [r // args.ranks_per_node for r in range(n)]
+    nodes = list(matrix.nodes) if matrix is not None else [r // per_node for r in range(n)]
+    placed = matrix is not None or args.ranks_per_node is not None  # nodes the user gave, not the default
+    runs = plan_that_runs(args.algo, nodes) if placed else record
+    instead = [] if runs is record else [f"# {args.algo} runs {runs.name}'s plan where its ranks span nodes, as here"]
+    record = runs
     extra = () if record.plan_input is None else (record.plan_input(n, matrix, nodes),)
     ranks = [record.steps(n, r, count, itemsize, *extra) for r in range(n)]
     if matrix is not None:
         network, links = Network.from_matrix(matrix), f"the links of {args.topology}"
     else:
-        network = Network.uniform(n, args.beta_GBps, args.alpha_us, args.ranks_per_node)
+        network = Network.uniform(n, args.beta_GBps, args.alpha_us, per_node)
         links = f"uniform links of alpha {args.alpha_us:g} us and beta {args.beta_GBps:g} GB/s"
     priced = replay(ranks, itemsize, network)
     lines = [f"# {args.algo} on {n} ranks, {count} {row.name} elements a rank ({count * itemsize} B), "
              f"priced on {links}",
-             "# rank  step  price(us)  what"]
+             *instead, "# rank  step  price(us)  what"]
     for r, steps in enumerate(ranks):
         for k, (step, (start, end)) in enumerate(zip(steps, priced.steps[r])):
             lines.append(f"{r:6d}  {k:4d}  {(end - start) * 1e6:9.2f}  {text(step)}")
     moved = sum(elements(s.send) * itemsize for steps in ranks for s in steps if s.kind != "copy" and s.send)
     lines.append(f"# modelled time {priced.seconds * 1e6:.2f} us; {priced.messages} messages, {moved} B sent")
-    document = as_json(args.algo, count, itemsize, ranks)
+    document = as_json(record.name, count, itemsize, ranks)  # the plan that runs: its algorithm
     document.update(dtype=row.name, modelled_us=priced.seconds * 1e6,
                     step_us=[[(end - start) * 1e6 for start, end in times] for times in priced.steps])
     return document, lines

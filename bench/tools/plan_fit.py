@@ -35,6 +35,8 @@ from topology.model import Network
 from topology.model.replay import replay
 from topology.probe import node_numbers
 
+from .plan import plan_that_runs
+
 from ..core.cli import Parser, add_size_flags
 from ..core.machine import results_header
 from ..core.sizes import sweep
@@ -179,15 +181,6 @@ def price(nodes, names, sizes, samples):
                          "priced_us": _us(median_interval(model)),
                          "ratio": _plain(median_interval([a / b for a, b in zip(measured, model) if b > 0]))})
     return fits, rows
-
-
-def plan_that_runs(name, nodes):
-    """The record whose plan runs for ``name`` on ranks on ``nodes``: an algorithm of one node's
-    shared memory runs its ``across_nodes`` algorithm where they span nodes."""
-    record = REGISTERED[name]
-    if record.across_nodes is not None and len(set(nodes)) > 1:
-        return REGISTERED[record.across_nodes]
-    return record
 
 
 def fit(once, twice, split):
