@@ -205,25 +205,16 @@ def main(argv=None):
             removed = network.down(args.tag, args.owner)
             print(f"lab {args.tag}: removed {', '.join(removed) if removed else 'nothing (not up)'}")
             return 0
-        if args.command == "network" and args.alpha_us is not None:
+        reason = network.requirements()
+        if args.command == "network" and (args.alpha_us is not None or not reason):  # measuring needs the lab
             matrix = experiments.network_matrix(network.load(args.tag), args.alpha_us)
             matrix.save(args.output)
-            print(f"lab {args.tag}: wrote its configured network ({matrix.size} ranks, {matrix.node_count} nodes, "
-                  f"{args.alpha_us:g} us a message) to {args.output}")
+            print(f"lab {args.tag}: wrote its network ({matrix.size} ranks, {matrix.node_count} nodes; "
+                  f"{_latencies(matrix, args.alpha_us)}) to {args.output}")
             return 0
-        reason = network.requirements()
         if reason:
             print(f"python -m bench.lab: cannot run here: {reason}", file=sys.stderr)
             return CANNOT_RUN
-        if args.command == "network":
-            matrix = experiments.network_matrix(network.load(args.tag))
-            matrix.save(args.output)
-            between = matrix.latency[~(np.asarray(matrix.nodes)[:, None] == np.asarray(matrix.nodes)[None, :])]
-            measured = f"{between.min():.3g}-{between.max():.3g} us a message between nodes" if between.size else \
-                "one node"
-            print(f"lab {args.tag}: wrote its network ({matrix.size} ranks, {matrix.node_count} nodes; measured there: "
-                  f"{measured}) to {args.output}")
-            return 0
         if args.command == "up":
             lab = network.up(tag=args.tag, subnet=args.subnet, owner=args.owner, **shape_of(args))
             print(f"lab {args.tag}: {describe(lab)}; 'python -m bench.lab down' removes it")
@@ -243,6 +234,16 @@ def main(argv=None):
     except network.LabError as exc:
         print(f"python -m bench.lab: {exc}", file=sys.stderr)
         return 2
+
+
+def _latencies(matrix, alpha_us):
+    """The network file's latencies between nodes in words: configured, or as measured in the lab."""
+    if alpha_us is not None:
+        return f"{alpha_us:g} us a message, configured"
+    nodes = np.asarray(matrix.nodes)
+    between = matrix.latency[nodes[:, None] != nodes[None, :]]
+    return f"measured there: {between.min():.3g}-{between.max():.3g} us a message between nodes" if between.size else \
+        "measured there: one node"
 
 
 if __name__ == "__main__":
