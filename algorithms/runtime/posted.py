@@ -40,7 +40,7 @@ def over_boxes(name, window, fallback, schedule, pieces=in_pieces, steps=None):
     rounds wherever it runs plans of that size (the record's ``plan_when_compiled``)."""
 
     def planned(coll, nbytes):
-        return steps is not None and coll.size > 1 and compiled.chosen(coll, nbytes)
+        return _compiled_runs(steps, coll, nbytes)
 
     def bind(coll, count, dtype):
         """``run(sendbuf, recvbuf)`` for vectors of ``count`` elements of ``dtype``: its plan on the
@@ -105,7 +105,7 @@ def on_window(name, window, run, fallback, planned=None):
     ``fallback(coll, *vectors)`` where that does not run (one rank, ranks across nodes, CuPy
     buffers, no ``/dev/shm`` for it)."""
     def half(coll, *vectors):
-        if planned is not None and coll.size > 1 and compiled.chosen(coll, vectors[0].nbytes):
+        if _compiled_runs(planned, coll, vectors[0].nbytes):
             planned(coll, *vectors)
             return
         if coll.size > 1:
@@ -119,11 +119,17 @@ def on_window(name, window, run, fallback, planned=None):
         """The half for vectors of ``count`` elements (the whole vector's) of ``dtype``, decided once
         where the compiled engine runs it: its plan bound (``planned.bind``); else ``half`` itself,
         which decides each call."""
-        if planned is not None and coll.size > 1 and compiled.chosen(coll, count * dtype.itemsize):
+        if _compiled_runs(planned, coll, count * dtype.itemsize):
             return planned.bind(coll, count, dtype, in_place)
         return functools.partial(half, coll)
     half.bind = bind
     return half
+
+
+def _compiled_runs(plan, coll, nbytes):
+    """Whether ``plan`` (a plan, or a half that runs one; None: there is none) runs on the compiled
+    engine for ``nbytes``: on several ranks, where that engine runs plans of the size."""
+    return plan is not None and coll.size > 1 and compiled.chosen(coll, nbytes)
 
 
 def all_to_all(model):
