@@ -52,8 +52,15 @@ DTYPES = tuple(t.dtype for t in TYPES)
 LOW_PRECISION = frozenset(t.dtype for t in TYPES if t.dtype.type.__module__.startswith("ml_dtypes"))
 #: dtype -> its row
 BY_DTYPE = {t.dtype: t for t in TYPES}
-#: every name ``-d`` takes (NumPy's, nccl-tests', the aliases) -> its row
-BY_NAME = {name: t for t in TYPES for name in (t.name, t.nccl, *t.aliases)}
+
+
+def other_names(t):
+    """The names of row ``t`` besides NumPy's and nccl-tests': its aliases and ``bench train``'s."""
+    return [n for n in dict.fromkeys((*t.aliases, t.train)) if n and n not in (t.nccl, t.name)]
+
+
+#: every name a type flag takes (NumPy's, nccl-tests', the others) -> its row, in every tool
+BY_NAME = {name: t for t in TYPES for name in (t.name, t.nccl, *other_names(t))}
 
 
 def nccl_name(dtype):
@@ -62,6 +69,8 @@ def nccl_name(dtype):
     return row.nccl if row else str(dtype)
 
 
-def short_names():
-    """The names ``-d`` takes besides NumPy's, in the table's order: nccl-tests' and the aliases."""
-    return [n for t in TYPES for n in (t.nccl, *t.aliases) if n != t.name]
+def names_text(rows=TYPES):
+    """The names of ``rows`` that a type flag takes, for its help and its error: nccl-tests' name
+    of each with its other names in brackets, then NumPy's names where they differ."""
+    shown = [t.nccl + (f" ({', '.join(other_names(t))})" if other_names(t) else "") for t in rows]
+    return ", ".join(shown + [t.name for t in rows if t.name != t.nccl])

@@ -267,6 +267,41 @@ def test_reduce_scatter_and_all_gather_sweeps(tmp_path, collective):
             assert r["oop"]["#wrong"] == 0 and r["ip"]["#wrong"] == 0
 
 
+def nccl_tests_size(nbytes, itemsize, ranks, collective):
+    """(size moved, count printed) as nccl-tests' GetCollByteCount takes a size (src/all_reduce.cu,
+    src/reduce_scatter.cu, src/all_gather.cu): whole elements; for the halves each rank's
+    ``base = (count/nranks) & -(16/eltSize)``, the whole vector ``base * nranks``."""
+    count = nbytes // itemsize
+    if collective == "allreduce":
+        return count * itemsize, count
+    base = (count // ranks) & -(16 // itemsize)
+    return base * ranks * itemsize, base
+
+
+@pytest.mark.parametrize("ranks,collective", [(3, "reducescatter"), (5, "allgather"), (6, "reducescatter"),
+                                              (8, "allgather"), (3, "allreduce")])
+def test_every_size_taken_and_rounded_as_nccl_tests_rounds_it(tmp_path, ranks, collective):
+    """nccl-tests' everyday sizes (8 B up, doubling) at any rank count, of every type: none
+    refused; each row moves and prints the size nccl-tests would (0 where a rank's chunk rounds
+    to nothing), and its elements are right (6, 8 ranks: oversubscribed, a functional check)."""
+    from algorithms.dtypes import BY_NAME
+    asked = [6, 48, 384]
+    proc, _ = bench(ranks, "--collective", collective, "-b", "6", "-e", "384", "-f", "8", "-n", "1", "-w", "0",
+                    "--rounds", "1", "-d", "all", "--algo", "ring,mpi", tmp_path=tmp_path, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    tables = superbench_parse(proc.stdout)
+    assert len(tables) == 2
+    for table in tables:
+        assert table["oob"] == 0
+        types = list(dict.fromkeys(r["type"] for r in table["rows"]))
+        assert len(types) >= 10, types  # every type the algorithm takes (mpi: not bfloat16)
+        for t in types:
+            rows = [r for r in table["rows"] if r["type"] == t]
+            expected = [nccl_tests_size(n, BY_NAME[t].dtype.itemsize, ranks, collective) for n in asked]
+            assert [(int(r["size"]), int(r["count"])) for r in rows] == expected, (t, collective, ranks)
+            assert all(r["oop"]["#wrong"] == 0 and r["ip"]["#wrong"] == 0 for r in rows)
+
+
 def test_matched_trees_from_a_probe(tmp_path):
     """probe -> bandwidth file -> bench --topology runs bamtree and kmtree with zero wrong."""
     topo = tmp_path / "topo.json"
@@ -334,7 +369,6 @@ BAD = [
     (["--frobnicate"], "unrecognized arguments: --frobnicate"),
     (["-b", "12Q"], "argument -b/--minbytes: not a size: '12Q' (use e.g. 8, 64K, 128M, 1G)"),
     (["-b", "1M", "-e", "1K"], "max bytes 1024 is below min bytes 1048576"),
-    (["-b", "6", "-e", "6", "-d", "float"], "size 6 is not a multiple of 4 bytes (float32)"),
     (["--algo", "ring,butterfly"], "unknown --algo butterfly for allreduce; choices: ps,ring,bamring,dring,tree,bamtree,kmtree,dbtree,rd,rabenseifner,hier,oneshot,twoshot,native,auto,mpi,"
      "mpi:recursive_doubling,mpi:recursive_multiplying,mpi:reduce_scatter_allgather,mpi:tree,mpi:recexch,mpi:ring,"
      "mpi:k_reduce_scatter_allgather,mpi4py,nccl,nccl:ALGO/PROTO,gloo,all"),
@@ -999,7 +1033,7 @@ def test_tune_refuses_an_unknown_candidate(tmp_path):
     proc = run_mpi(2, ["-m", "bench", "tune", "--algo", "ring,warp", "-o", str(tmp_path / "t.json")], timeout=60)
     assert proc.returncode == 2
     assert proc.stdout.strip().splitlines() == [
-        "python -m bench tune: unknown --algo warp; candidates: " + ",".join(algorithms.auto.candidates())]
+        "python -m bench tune: unknown --algo warp; choices: " + ",".join(algorithms.auto.candidates()) + ",all"]
     assert not (tmp_path / "t.json").exists()
 
 

@@ -281,3 +281,47 @@ def test_help_names_nothing_a_user_cannot_see(command):
         assert phrase not in text, f"{' '.join(command)} --help says {phrase!r}"
     description = text.split("\n\n")[1]
     assert description.rstrip().endswith((".", ")")), description  # a whole sentence
+
+
+def _error_of(main, argv, capsys):
+    """The one line a tool's ``main(argv)`` ends with on a bad argument (exit status 2)."""
+    try:
+        status = main(argv)
+    except SystemExit as exc:
+        status = exc.code
+    out, err = capsys.readouterr()
+    assert status == 2, out + err
+    lines = [line for line in (out + err).splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_every_tool_resolves_algo_and_type_names_alike(capsys):
+    """--algo and the type flags: an unknown name is refused by every tool with the same words
+    (the set of names each tool declares after them), and every spelling the table of types
+    knows of a type (nccl-tests', NumPy's, the aliases, bench train's) is taken where that type is."""
+    from algorithms.dtypes import BY_NAME, TYPES
+    from bench.core import options
+    from bench.core.cli import Parser, Types, add_dtype_flag
+    from bench.tools import model, plan, plan_fit, scaling, train, tune
+
+    def sweep(argv):
+        options.parse_args(argv)
+    tools = {"the sweep": (sweep, "-d", "--algo"), "model": (model.main, None, "--algo"),
+             "plan": (plan.main, "-d", "--algo"), "plan-fit": (plan_fit.main, None, "--algo"),
+             "scaling": (scaling.main, "--dtype", "--algo"), "train": (train.main, "--dtype", "--algo"),
+             "tune": (tune.main, "-d", "--algo")}
+    needs = {"model": ["--ranks", "4"], "plan": ["-n", "4"], "scaling": ["--params", "1e6", "--compute-time", "1"]}
+    for name, (main, type_flag, _) in tools.items():
+        line = _error_of(main, [*needs.get(name, []), "--algo", "ring,warp"], capsys)
+        assert re.search(r"unknown --algo warp( for allreduce| for a plan)?; choices: ps,ring,", line), (name, line)
+        if type_flag:
+            line = _error_of(main, [*needs.get(name, []), type_flag, "fp33"], capsys)
+            assert re.search(r"argument (-d/--datatype|--dtype): unknown type fp33; choices: ", line), (name, line)
+    for among in (TYPES, train.TRAINED):
+        parser = Parser(prog="test")
+        add_dtype_flag(parser, "float", "types", many=True, among=among)
+        for spelling, row in BY_NAME.items():
+            if row in among:
+                assert parser.parse_args(["-d", spelling]).datatype == Types([row]), spelling
+        assert parser.parse_args(["-d", "fp32,bf16,float32"]).datatype.rows == [BY_NAME["float32"], BY_NAME["bf16"]]

@@ -380,8 +380,9 @@ def test_target_and_tie_rules_on_synthetic_values():
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--algo", "ring,bogus"], "--algo: unknown bogus; choices: ps,ring,"),
-    (["--dtype", "fp16"], "--dtype fp16: choices are fp32, bf16"),
+    (["--algo", "ring,bogus"], "unknown --algo bogus; choices: ps,ring,"),
+    (["--dtype", "fp16"], "argument --dtype: unknown type fp16; choices: float (fp32), bfloat16 (bf16), float32"),
+    (["--dtype", "float64"], "argument --dtype: unknown type float64; choices: float (fp32), bfloat16 (bf16)"),
     (["--bucket-mb", "0"], "--bucket-mb: sizes must be positive"),
     (["--overlap", "maybe"], "--overlap maybe: a comma list of off, on"),
     (["--steps", "x"], "argument --steps: invalid int value: 'x'"),

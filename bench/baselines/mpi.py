@@ -28,6 +28,8 @@ the environment is set before MPI starts.
 import os
 from dataclasses import dataclass, field
 
+from plumbing.cli import comma_names, flag_values
+
 from .base import Baseline
 from .mpi_loop import CompiledLoop
 
@@ -70,13 +72,9 @@ def library_of(version):
 
 
 def algo_entries(argv, prefix):
-    """The entries of ``--algo`` in ``argv`` that start with ``prefix``, in order."""
-    names = []
-    for i, arg in enumerate(argv):
-        value = argv[i + 1] if arg == "--algo" and i + 1 < len(argv) else arg[7:] if arg.startswith("--algo=") else None
-        if value:
-            names += [a for a in value.split(",") if a.startswith(prefix)]
-    return names
+    """The entries of ``--algo`` in ``argv`` that start with ``prefix``, in order, read before
+    ``MPI_Init`` as the parser reads them after (:func:`plumbing.cli.comma_names`)."""
+    return [name for value in flag_values(argv, "--algo") for name in comma_names(value) if name.startswith(prefix)]
 
 
 def requested(argv):

@@ -46,7 +46,8 @@ class AllReduce(_Spec):
 
     @staticmethod
     def counts(nbytes, itemsize, n):
-        """(elements in the whole vector, the count column nccl-tests prints)."""
+        """(elements in the whole vector, the count column nccl-tests prints): the size rounded
+        down to whole elements, as nccl-tests rounds it."""
         total = nbytes // itemsize
         return total, total
 
@@ -93,7 +94,13 @@ class ReduceScatter(_Spec):
 
     @staticmethod
     def counts(nbytes, itemsize, n):
+        """(elements in the whole vector, one rank's chunk), as nccl-tests takes a size for this
+        collective and the all-gather (``base = (count/nranks) & -(16/eltSize)``, its
+        src/reduce_scatter.cu): each rank's chunk rounded down to whole elements and to a
+        multiple of 16 bytes, so that the vector moved, the size printed, may be smaller than
+        the size asked for, or 0."""
         per = nbytes // itemsize // n
+        per -= per % max(1, 16 // itemsize)
         return per * n, per
 
     @staticmethod

@@ -8,21 +8,21 @@ settings, the topology file, the GPUs) is agreed on here too, before anything is
 import argparse
 import os
 
-import numpy as np
 from mpi4py import MPI
 
 import algorithms
 from algorithms.catalog.hier import layout_of
 from algorithms.device import lacks as device_lacks
-from algorithms.dtypes import BY_NAME, TYPES
+from algorithms.dtypes import TYPES
 from algorithms.ops import is_floating
 from algorithms.settings import agree_settings
 from topology import BandwidthMatrix
+from plumbing.cli import comma_names
 from plumbing.ending import first_problem
 from plumbing.launcher import launched
 
 from ..baselines import BASELINES
-from .cli import Parser, add_size_flags, size_type
+from .cli import Parser, add_algo_flag, add_dtype_flag, add_size_flags, algos_in, size_type
 from .collectives import COLLECTIVES
 from .entries import entries, shown
 from .sizes import sweep
@@ -90,16 +90,14 @@ def build_parser(epilog=""):
     what = p.add_argument_group("what is measured")
     what.add_argument("-o", "--op", default="sum", choices=[*algorithms.OPS, "all"],
                       help="reduction op, or all")
-    what.add_argument("-d", "--datatype", default="float",
-                      help=f"{type_choices()}, or all (--device gpu: every type the GPU path reduces, which are not "
-                           f"{', '.join(t.nccl for t in TYPES if not t.gpu)}, and bfloat16 only where CuPy holds it, "
-                           "14 and newer); bfloat16 and fp8 reduce in their own "
-                           "arithmetic (each result rounded to the type), on inputs whose every partial sum the type "
-                           "holds")
+    add_dtype_flag(p, "float", f"the element type (all, with --device gpu: every type the GPU path reduces, which "
+                   f"are not {', '.join(t.nccl for t in TYPES if not t.gpu)}, and bfloat16 only where CuPy holds it, "
+                   "14 and newer); bfloat16 and fp8 reduce in their own arithmetic (each result rounded to the "
+                   "type), on inputs whose every partial sum the type holds", every=True, group=what)
     what.add_argument("-r", "--root", type=int, default=0,
                       help="root rank of rooted collectives; these three are rootless, so the root "
                            "column prints -1, as nccl-tests prints it for them")
-    what.add_argument("--algo", default="all", help=algo_help())
+    add_algo_flag(p, "all", algo_help(), group=what)
     what.add_argument("--collective", default="allreduce", choices=sorted(COLLECTIVES),
                       help="allreduce, or ring's reducescatter or allgather on their own")
     what.add_argument("--device", default="cpu", choices=("cpu", "gpu"),
@@ -232,9 +230,9 @@ def parse_args(argv, epilog=""):
     known = entries(spec)
     if args.local_register and args.device != "cpu":
         p.error("-R 1 needs --device cpu: registered vectors are host memory")
-    wanted = BY_NAME.get(args.datatype)
+    wanted = None if args.datatype.every else args.datatype.rows[0]
     if args.device == "gpu" and wanted is not None and not wanted.gpu:  # said before looking for a GPU
-        p.error(f"-d {args.datatype} needs --device cpu: {device_lacks(wanted.dtype)}")
+        p.error(f"-d {wanted.nccl} needs --device cpu: {device_lacks(wanted.dtype)}")
     held = None
     if args.device == "gpu":
         problem = first_problem(comm, gpu_problem())
@@ -242,16 +240,14 @@ def parse_args(argv, epilog=""):
             p.error(problem)
         held = [t.name for t in TYPES if all(comm.allgather(device_lacks(t.dtype) is None))]
         if wanted is not None and wanted.name not in held:
-            p.error(f"-d {args.datatype} needs --device cpu: {first_problem(comm, device_lacks(wanted.dtype))}")
+            p.error(f"-d {wanted.nccl} needs --device cpu: {first_problem(comm, device_lacks(wanted.dtype))}")
     args.cuda_aware = args.device != "gpu" or algorithms.mpi_is_cuda_aware()
-    names = [a for a in args.algo.split(",") if a]
-    unknown = [a for a in names if a not in known and args.algo != "all"]
-    if unknown:
-        p.error(f"unknown --algo {','.join(unknown)} for {spec.name}; choices: {','.join(shown(spec))},all")
-    if args.algo == "all":  # ours but those run by name only, and the baselines that say they can run here
-        args.algos = [entry for entry in known.values() if entry.in_all(args)]
-    else:  # each name resolved here, once
-        args.algos = [known[name] for name in names]
+    every = comma_names(args.algo) == ["all"]
+    try:  # each name resolved here, once; all: ours but those run by name only, and the baselines that can run here
+        named = algos_in(args.algo, known, spec.name, choices=shown(spec))
+    except ValueError as exc:
+        p.error(str(exc))
+    args.algos = [entry for entry in known.values() if entry.in_all(args)] if every else named
     if args.topology:
         try:
             args.topology = shared_topology(comm, args.topology)
@@ -263,18 +259,15 @@ def parse_args(argv, epilog=""):
             args.hier = layout_of(comm).describe()
         except ValueError as exc:  # the same on every rank: the map is agreed on
             p.error(str(exc))
-    if args.datatype == "all":
+    if args.datatype.every:
         args.dtypes = [t.name for t in TYPES] if held is None else held
-    elif wanted is not None:
-        args.dtypes = [wanted.name]
     else:
-        p.error(f"unknown -d {args.datatype}; choices: {type_choices()}, all")
+        args.dtypes = [wanted.name]
     for baseline in BASELINES:
         problem = baseline.check(args, [entry.name for entry in args.algos if entry.baseline is baseline])
         if problem:
             p.error(problem)
-    named = [] if args.algo == "all" else args.algos
-    for entry in named:  # named alone for types it has none of: nothing to measure
+    for entry in [] if every else args.algos:  # named alone for types it has none of: nothing to measure
         reasons = [entry.lacks(dtype) for dtype in args.dtypes]
         if all(reasons):
             p.error(f"--algo {entry.name}: {reasons[0]}")
@@ -297,22 +290,7 @@ def parse_args(argv, epilog=""):
         p.error("--agg_iters must be at least 1")
     if args.per_iter_skip >= args.iters and args.per_iter_timing:
         p.error(f"-K {args.per_iter_skip} skips every one of the {args.iters} iterations")
-    ranks = comm.Get_size()
-    for dtype in args.dtypes:
-        itemsize = np.dtype(dtype).itemsize
-        unit = itemsize * (ranks if spec is not COLLECTIVES["allreduce"] else 1)
-        odd = [s for s in args.sizes if s % unit]
-        if odd:
-            p.error(f"size {odd[0]} is not a multiple of {unit} bytes ({dtype}"
-                    f"{f' x {ranks} ranks' if unit != itemsize else ''})")
     return args
-
-
-def type_choices():
-    """Every name -d takes, from the table of types: nccl-tests' name of each, its aliases in
-    brackets, then NumPy's names of those whose nccl-tests name differs."""
-    shown = [t.nccl + (f" ({', '.join(t.aliases)})" if t.aliases else "") for t in TYPES]
-    return ", ".join(shown + [t.name for t in TYPES if t.name != t.nccl])
 
 
 def algo_help():

@@ -17,7 +17,6 @@ import os
 import socket
 import sys
 import threading
-import time
 
 import numpy as np
 from mpi4py import MPI
@@ -33,8 +32,8 @@ from topology.probe import probe
 from plumbing.shm import ShmTooSmall
 
 from ..baselines import BASELINES
-from ..formats import stats, summary
-from ..formats.report import TIMESTAMP_FORMAT, bandwidths, columns, footer, row
+from ..formats import report, summary
+from ..formats.report import PLACEMENTS, Tables
 from ..formats.results import ResultsWriter, bool_text, now
 from .check import wrong_elements
 from .collectives import COLLECTIVES
@@ -88,49 +87,6 @@ class Watchdog:
             self.timer = None
 
 
-def header_lines(comm, args, algo, device_lines, transport, engine, crowded):
-    config_line = (
-        f"# nThread 1 nGpus 1 minBytes {args.minbytes} maxBytes {args.maxbytes} "
-        f"step: {args.stepbytes if args.stepbytes else args.stepfactor}"
-        f"({'bytes' if args.stepbytes else 'factor'}) warmup iters: {args.warmup_iters} "
-        f"iters: {args.iters} agg iters: {args.agg_iters} validation: {1 if args.check else 0} graph: 0"
-    )
-    info = describe()
-    lines = [config_line]
-    if args.blocking:
-        lines.append("# Blocking Enabled: barrier after each iteration, inside the timing")
-    if args.per_iter_timing:
-        lines.append(f"# Per-Iteration Report: {'CUDA event' if args.device == 'gpu' else 'host clock'} timing; "
-                     "i_* uses max over process rows"
-                     + (f"; summary skips first {args.per_iter_skip} iterations" if args.per_iter_skip else ""))
-    if crowded:
-        lines.append(f"# Oversubscribed: {crowded}: times are not meaningful")
-    lines += [
-        "#",
-        f"# Algorithm: {algo}  Collective: {args.collective}  Ranks: {comm.Get_size()}  "
-        f"Hosts: {len({d['hostname'] for d in device_lines})}  Device: {args.device}  "
-        f"Time aggregation: {AGGREGATIONS[args.average]}  MPI: {info['mpi']}  Threads: {info['thread_level']}",
-        f"# Transport: {transport}",
-        *([f"# Engine: {engine}"] if engine else []),
-        f"# Timing: {rule(args.device == 'gpu')}",
-        *([f"# Nodes: {hier_text(args.hier)}"] if algo == "hier" and args.hier else []),
-        *(["# Buffers: registered (algorithms.alloc_registered; -R 1)"] if args.local_register else []),
-        *([f"# Buffers: unaligned by {args.unalign} elements (-u)"] if args.unalign else []),
-        f"# Machine: {info['machine']} {info['cpu']}  Python {info['python']}  numpy {info['numpy']}"
-        f"  Commit: {info['commit']}",
-        f"# Env: {info['env']}",
-        f"# Malloc: {malloc_mode()}  Transparent huge pages: {info['transparent_hugepages']}  /dev/shm: {info['dev_shm']}",
-        *([f"# Kernels: {kernels_text(args.dtypes)}"] if args.device == "cpu" else []),
-        "#",
-        "# Using devices",
-    ]
-    for d in device_lines:
-        lines.append(f"#  Rank {d['rank']:2d} Group  0 Pid {d['pid']:6d} on {d['hostname']:>10s} "
-                     f"device {d['device']:2d} [{d['device_hex']}] {d['device_info']}")
-    lines += ["#", columns(args.per_iter_timing, args.report_cputime, args.report_timestamps)]
-    return "\n".join(lines)
-
-
 class Progress:
     """Rank 0's progress on stderr: one line per finished size, or a bar on a terminal."""
 
@@ -151,42 +107,6 @@ class Progress:
         if self.bar:
             sys.stderr.write("\r" + " " * 79 + "\r")
             sys.stderr.flush()
-
-
-class Tables:
-    """Rank 0's nccl-tests tables, one per algorithm (``heads``: {algorithm: its header}). With
-    one algorithm (``stream``) its header prints at once and each row as it finishes; with
-    several, which take turns within every size, each table prints whole, header, rows and
-    footer, at :meth:`flush` (the sweep's end; with ``-N 0``, each cycle's end)."""
-
-    def __init__(self, heads, say, stream):
-        self.heads, self.say, self.stream = heads, say, stream
-        self.lines = {algo: [] for algo in heads}
-        self.wrong = dict.fromkeys(heads, 0)
-        self.busbws = {algo: [] for algo in heads}
-        if stream:
-            for head in heads.values():
-                say(head, flush=True)
-
-    def add(self, algo, text, wrong=0, busbws=()):
-        """A row (or a ``#`` line) of ``algo``'s table, with its wrong elements and busbw values."""
-        if self.stream:
-            self.say(text, flush=True)
-        else:
-            self.lines[algo].append(text)
-        self.wrong[algo] += wrong
-        self.busbws[algo] += busbws
-
-    def flush(self, memory=None):
-        """Every table not yet printed, each ended by nccl-tests' footer (and ``memory``, -M's line)."""
-        for algo, head in self.heads.items():
-            if not self.stream:
-                self.say("\n".join([head, *self.lines[algo]]), flush=True)
-            self.say(footer(self.wrong[algo], self.busbws[algo]), flush=True)
-            if memory:
-                self.say(memory, flush=True)
-            self.say("#", flush=True)
-            self.lines[algo], self.wrong[algo], self.busbws[algo] = [], 0, []
 
 
 def main(argv=None, epilog=""):
@@ -278,8 +198,11 @@ def _sweep(comm, args, argv, spec, say, crowded, xp, device):
             algos.append(entry)
     transports = {entry.name: entry.transport(comm, xp) for entry in algos}  # collective, in order
     engines = {entry.name: entry.engine(comm, xp) for entry in algos}  # collective, in order
-    heads = {e.name: header_lines(comm, args, e.name, devices, transports[e.name], engines[e.name], crowded) if rank == 0 else ""
-             for e in algos}
+    facts = {"ranks": size, "crowded": crowded, "info": describe(), "timing": rule(args.device == "gpu"),
+             "aggregation": AGGREGATIONS[args.average], "malloc": malloc_mode(),
+             "kernels": kernels_text(args.dtypes) if args.device == "cpu" else ""} if rank == 0 else None
+    heads = {e.name: report.header(args, e.name, facts, devices, transports[e.name], engines[e.name]) if rank == 0
+             else "" for e in algos}
     if len(algos) > 1:
         say(f"# {len(algos)} algorithms take turns in {args.rounds} rounds of every size; their tables follow "
             + ("each cycle" if args.run_cycles == 0 else "when the sweep ends"), flush=True)
@@ -313,7 +236,7 @@ def _sweep(comm, args, argv, spec, say, crowded, xp, device):
                             for algo, record in records.items():
                                 label = (f"{algo} {nccl_name(dtype)} {op}"
                                          + (f" cycle {cycle}" if args.run_cycles != 1 else ""))
-                                progress.done(label, number, len(args.sizes), nbytes,
+                                progress.done(label, number, len(args.sizes), record["size"],
                                               record["out_of_place"]["bus_bw"])
                     if args.run_cycles == 0 and not tables.stream:  # a run without end prints each cycle's
                         tables.flush(usage_line(comm, before, held) if args.memory else None)
@@ -365,14 +288,6 @@ def open_results(args, argv, devices, size, spec, log, crowded):
                 "aggregation": AGGREGATIONS[args.average], "malloc": malloc_mode(),
                 "command": " ".join(["python -m bench", *argv]), "date": now()}
     return ResultsWriter(args.output_file, log, ["python -m bench", *argv], config, run_info)
-
-
-def hier_text(layout):
-    """hier's layout for its header: "2 nodes (0,0,1,1, from ALLREDUCE_NODE_MAP), ring across"."""
-    nodes = layout["nodes"]
-    count = max(nodes) + 1
-    return (f"{count} node{'s' if count != 1 else ''} ({','.join(map(str, nodes))}, from {layout['source']}), "
-            f"{layout['across']} across")
 
 
 def probe_first(comm, args, folder):
@@ -448,51 +363,18 @@ def prepare(comm, args, spec, run, xp, dtype, op, total, buffers):
 
 
 def record_of(comm, args, spec, dtype, op, total, count, rounds, places, per_iteration, wrong, held):
-    """One algorithm's result record of a size from its ``rounds`` ([{placement: (seconds, host
-    seconds)}] per round): each placement's time the median of the rounds (Hoefler and Belli,
-    SC'15), with its 95% interval and every round's time; the table row on rank 0."""
-    size, rank = comm.Get_size(), comm.Get_rank()
-    actual_bytes = total * np.dtype(dtype).itemsize
-    record = {"size": int(actual_bytes), "count": int(count), "type": nccl_name(dtype),
-              "redop": op, "root": f"{-1:6d}", "actual_iterations": args.iters, "rounds": args.rounds,
-              "round_positions": places}
-    results, per_iter = [], []
-    for placement in ("out_of_place", "in_place"):
-        full = [r[placement][0] for r in rounds]
-        host = [r[placement][1] for r in rounds]
-        cell, shown = placement_cell(full, host, actual_bytes, spec.factor(size), args.report_cputime,
-                                     wrong[placement])
-        record[placement] = cell
-        if args.per_iter_timing:
-            iterations = iteration_stats(comm, per_iteration[placement], args.per_iter_skip)
-            if rank == 0:
-                record[f"{placement}_per_iter"] = iterations
-                per_iter.append(iterations)
-        results.append(shown)
-    if args.report_timestamps:
-        record["timestamp"] = time.strftime(TIMESTAMP_FORMAT)
-    if rank == 0:
-        record["text"] = row(actual_bytes, count, dtype, op, -1, results, per_iter or None, record.get("timestamp"))
+    """One algorithm's result record of a size (:func:`bench.formats.report.record`, on rank 0;
+    ``-I 1``'s statistics gathered from every rank), with the wrong elements and bytes held that
+    every rank counts."""
+    iterations = ({placement: iteration_stats(comm, per_iteration[placement], args.per_iter_skip)
+                   for placement in PLACEMENTS} if args.per_iter_timing else None)  # collective
+    record = {}
+    if comm.Get_rank() == 0:
+        record = report.record(args, dtype, op, total * np.dtype(dtype).itemsize, count, spec.factor(comm.Get_size()),
+                               rounds, places, iterations, wrong)
     record["nwrong_total"] = sum(w or 0 for w in wrong.values())
     record["held_bytes"] = held
     return record
-
-
-def placement_cell(full, host, nbytes, factor, cputime, wrong):
-    """(a placement's JSON, its table cells (seconds, algbw, busbw, wrong)) from its rounds'
-    seconds per call: ``time`` (``cpu_time`` with ``-C``: the host's) is the median of the
-    rounds, algbw and busbw come from the median full time; ``time_ci`` is that median's 95%
-    interval (:func:`.stats.median_interval`) and ``round_times_us`` every round's full time."""
-    interval = stats.median_interval(full)
-    algbw, busbw = bandwidths(nbytes, interval.median, factor)
-    shown = stats.median(host) if cputime else interval.median
-    cell = {("cpu_time" if cputime else "time"): shown * 1e6, "alg_bw": algbw, "bus_bw": busbw,
-            "nwrong": None if wrong is None else float(wrong),
-            "time_ci": interval.as_dict(1e6), "round_times_us": [t * 1e6 for t in full]}
-    if cputime:
-        cell["cpu_time_ci"] = stats.median_interval(host).as_dict(1e6)
-        cell["round_cpu_times_us"] = [t * 1e6 for t in host]
-    return cell, (shown, algbw, busbw, wrong)
 
 
 def check(comm, spec, run, xp, dtype, op, total, in_place, args):

@@ -45,7 +45,7 @@ from topology import BandwidthMatrix
 from topology.model import HalfBound, LowerBound, Network
 from topology.rings import ring_bottleneck
 
-from ..core.cli import Parser, add_network_flags, add_size_flags
+from ..core.cli import Parser, add_algo_flag, add_network_flags, add_size_flags, algos_in
 from ..core.collectives import COLLECTIVES
 from ..core.sizes import sweep
 from ..formats.results import placement_time, read_results
@@ -291,9 +291,8 @@ def main(argv):
     p.add_argument("--hier-across", choices=ACROSS, default="ring",
                    help="hier's all-reduce between the nodes (default ring)")
     add_size_flags(p, "8", "256M", 4)
-    p.add_argument("--algo",
-                   help=f"comma list of algorithms to model (default {','.join(MODELLED)}; with --collective "
-                        "reducescatter or allgather, every one with a schedule of it)")
+    add_algo_flag(p, "all", f"comma list of algorithms to model, of {','.join(MODELLED)}, or all (default all; with "
+                  "--collective reducescatter or allgather, every one with a schedule of it)")
     p.add_argument("--results", nargs="*", default=[], metavar="FILE",
                    help="our -J documents or JSON-lines logs: measured time and busbw beside the model, "
                         "and the ratio to native MPI; rows of the --collective only (default: none)")
@@ -311,13 +310,7 @@ def main(argv):
         else:
             raise ValueError("give --topology FILE, or --ranks N with --alpha-us and --beta-GBps")
         known = tuple(schedules_of(args.collective))
-        algos = (args.algo or ",".join(known)).split(",")
-        bad = [a for a in algos if a not in known]
-        if bad and args.collective != "allreduce":
-            raise ValueError(f"--algo {','.join(bad)}: no {WORDS[args.collective]} schedule; "
-                             f"choices: {','.join(known)}")
-        if bad:
-            raise ValueError(f"unknown --algo {','.join(bad)}; choices: {','.join(MODELLED)}")
+        algos = algos_in(args.algo, dict(zip(known, known)), "" if args.collective == "allreduce" else args.collective)
         sizes = sweep(args.minbytes, args.maxbytes, args.stepfactor)
         measured, measured_ranks = measured_rows(args.results, args.collective)
         model = cost_model(matrix, ports=args.ports, across=args.hier_across,

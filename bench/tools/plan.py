@@ -11,14 +11,13 @@ from which the matched trees and rings are built too). Needs no MPI.
 import sys
 
 from algorithms.registry import REGISTERED
-from algorithms.dtypes import BY_NAME
 from algorithms.runtime.plan import as_json, elements, text
 from plumbing.files import check_writable, write_json_atomically
 from topology import BandwidthMatrix
 from topology.model import Network
 from topology.model.replay import replay
 
-from ..core.cli import Parser
+from ..core.cli import Parser, add_algo_flag, add_dtype_flag, algos_in
 
 #: the algorithms written as plans, which this tool prints
 PLANNED = tuple(name for name, record in REGISTERED.items() if record.steps is not None)
@@ -26,11 +25,11 @@ PLANNED = tuple(name for name, record in REGISTERED.items() if record.steps is n
 
 def main(argv):
     p = Parser(prog="python -m bench plan", description=__doc__.split("\n\n")[0].replace("``", "'"))
-    p.add_argument("--algo", required=True, help=f"the algorithm: {', '.join(PLANNED)}")
+    add_algo_flag(p, None, f"the algorithm, one of {','.join(PLANNED)}")
     p.add_argument("-n", "--nranks", type=int, metavar="N", help="rank count (default: the --topology "
                    "file's, else needed)")
     p.add_argument("--count", type=int, metavar="C", help="elements per rank (default: one per rank, N)")
-    p.add_argument("-d", "--datatype", default="float32", help="element type, as -d of the sweep (default float32)")
+    add_dtype_flag(p, "float32", "the element type")
     p.add_argument("--topology", metavar="FILE", help="a probe file (python -m topology probe): its links price "
                    "the steps, and the matched trees are built from them")
     p.add_argument("--alpha-us", type=float, default=5.0, help="without --topology: start-up time per message, "
@@ -67,12 +66,11 @@ def plan_that_runs(name, nodes):
 
 def plan_of(args):
     """(the JSON document, the printed lines) of the plan ``args`` ask for."""
-    record = REGISTERED.get(args.algo)
-    if record is None or record.steps is None:
-        raise ValueError(f"--algo {args.algo}: not one written as a plan; choices: {', '.join(PLANNED)}")
-    row = BY_NAME.get(args.datatype)
-    if row is None:
-        raise ValueError(f"-d {args.datatype}: unknown type; choices: {', '.join(BY_NAME)}")
+    named = algos_in(args.algo, {name: REGISTERED[name] for name in PLANNED}, "a plan", every=None)
+    if len(named) != 1:
+        raise ValueError(f"--algo {args.algo}: one algorithm, not {len(named)}")
+    record, row = named[0], args.datatype
+    asked = record.name
     matrix = BandwidthMatrix.load(args.topology) if args.topology else None
     n = args.nranks or (matrix.size if matrix is not None else None)
     if not n or n < 1:
@@ -88,8 +86,8 @@ def plan_of(args):
     itemsize = row.dtype.itemsize
     nodes = list(matrix.nodes) if matrix is not None else [r // per_node for r in range(n)]
     placed = matrix is not None or args.ranks_per_node is not None  # nodes the user gave, not the default
-    runs = plan_that_runs(args.algo, nodes) if placed else record
-    instead = [] if runs is record else [f"# {args.algo} runs {runs.name}'s plan where its ranks span nodes, as here"]
+    runs = plan_that_runs(asked, nodes) if placed else record
+    instead = [] if runs is record else [f"# {asked} runs {runs.name}'s plan where its ranks span nodes, as here"]
     record = runs
     extra = () if record.plan_input is None else (record.plan_input(n, matrix, nodes),)
     ranks = [record.steps(n, r, count, itemsize, *extra) for r in range(n)]
@@ -99,7 +97,7 @@ def plan_of(args):
         network = Network.uniform(n, args.beta_GBps, args.alpha_us, per_node)
         links = f"uniform links of alpha {args.alpha_us:g} us and beta {args.beta_GBps:g} GB/s"
     priced = replay(ranks, itemsize, network)
-    lines = [f"# {args.algo} on {n} ranks, {count} {row.name} elements a rank ({count * itemsize} B), "
+    lines = [f"# {asked} on {n} ranks, {count} {row.name} elements a rank ({count * itemsize} B), "
              f"priced on {links}",
              *instead, "# rank  step  price(us)  what"]
     for r, steps in enumerate(ranks):

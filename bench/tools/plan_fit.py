@@ -37,7 +37,7 @@ from topology.probe import node_numbers
 
 from .plan import plan_that_runs
 
-from ..core.cli import Parser, add_size_flags
+from ..core.cli import Parser, add_algo_flag, add_size_flags, algos_in
 from ..core.machine import results_header
 from ..core.sizes import sweep
 from ..core.timing import iterations_for, time_calls
@@ -53,17 +53,18 @@ UNRESOLVED = 1000.0  # GB/s: β where a round's times did not grow with size (no
 def main(argv):
     p = Parser(prog="python -m bench plan-fit", description=__doc__.split("\n\n")[0].replace("``", "'"))
     add_size_flags(p, "8", "4K", 4)
-    p.add_argument("--algo", default=",".join(FITTED), help=f"comma list of {','.join(FITTED)} (default all)")
+    add_algo_flag(p, "all", f"comma list of {','.join(FITTED)}, or all (default all)")
     p.add_argument("--rounds", type=int, default=9, help="rounds, each timing every size and candidate (default 9)")
     p.add_argument("--within", type=float, default=0.25, help="the target: measured within this share of the "
                    "price (default 0.25)")
     p.add_argument("-J", "--json", metavar="FILE", help="write the rows and the fits as JSON")
     args = p.parse_args(argv)
-    names = args.algo.split(",")
-    unknown = [name for name in names if name not in FITTED]
-    if unknown or args.rounds < 3 or not 0 < args.within < 1:
-        p.error(f"--algo {','.join(unknown)}: choices {','.join(FITTED)}" if unknown else
-                "--rounds must be at least 3 and --within between 0 and 1")
+    try:
+        names = algos_in(args.algo, dict(zip(FITTED, FITTED)))
+    except ValueError as exc:
+        p.error(str(exc))
+    if args.rounds < 3 or not 0 < args.within < 1:
+        p.error("--rounds must be at least 3 and --within between 0 and 1")
     if args.json:
         check_writable(args.json)
     comm = MPI.COMM_WORLD

@@ -25,6 +25,7 @@ from algorithms.costs import SCHEDULES, cost_model
 from topology import BandwidthMatrix
 from topology.model import Network
 
+from ..core.cli import algos_in
 from ..formats import stats
 from ..formats.tables import comment
 from .step_model import Profile, predict, processor_share
@@ -154,9 +155,8 @@ def project(measured, algorithms, ranks, network, factor, shared):
     return rows
 
 
-def known(algorithms):
-    """The names ``project`` takes: the cost model's schedules and gloo."""
-    return (*SCHEDULES, GLOO), [a for a in algorithms if a not in SCHEDULES and a != GLOO]
+#: the names ``--train`` projects: the cost model's algorithms and gloo
+KNOWN = (*SCHEDULES, GLOO)
 
 
 def measured_step(document, row):
@@ -189,11 +189,9 @@ def train_main(args):
         document, found = read_profiles(args.train)
         topology = BandwidthMatrix.load(args.topology) if args.topology else None
         ranks = [int(r) for r in args.ranks.split(",")]
-        algorithms = args.algo.split(",")
-        _, bad = known(algorithms)
-        if bad or min(ranks) < 1 or (args.cores is not None and args.cores < 1) or args.ranks_per_node < 1:
-            raise ValueError(f"unknown --algo {','.join(bad)}" if bad else
-                             "--ranks, --ranks-per-node and --cores must be positive")
+        algorithms = algos_in(args.algo, dict(zip(KNOWN, KNOWN)))
+        if min(ranks) < 1 or (args.cores is not None and args.cores < 1) or args.ranks_per_node < 1:
+            raise ValueError("--ranks, --ranks-per-node and --cores must be positive")
         checked = read_profiles(args.check)[0] if args.check else None
         intra = args.intra_GBps if args.intra_GBps is not None else 10 * args.beta_GBps
         networks = {n: network_for(n, topology, args.beta_GBps, args.alpha_us, args.ranks_per_node, intra)

@@ -43,13 +43,11 @@ each projected step beside its measured median and interval, and the error.
 import argparse
 import sys
 
-import numpy as np
-
 from algorithms.costs import cost_model
 from algorithms.catalog.hier import ACROSS
 from topology.model import Network
 
-from ..core.cli import Parser, add_network_flags
+from ..core.cli import Parser, add_algo_flag, add_dtype_flag, add_network_flags, algos_in
 from ..formats.tables import comment, description, epilog, plural
 from . import projection
 from .model import MODELLED, measured_rows
@@ -72,7 +70,7 @@ def main(argv):
     p = Parser(prog="python -m bench scaling", description=description(__doc__),
                                 epilog=epilog(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--params", type=float, help="model parameters, e.g. 7e9 (required without --train)")
-    p.add_argument("--dtype", default="float16", help="gradient dtype, a NumPy name (default float16)")
+    add_dtype_flag(p, "float16", "the gradient's element type", flags=("--dtype",))
     p.add_argument("--compute-time", type=float,
                    help="T_c: compute time per step, in seconds (required without --train)")
     p.add_argument("--train", metavar="FILE",
@@ -97,9 +95,8 @@ def main(argv):
                    help="K equal gradient buckets overlapped with the backward pass (default 0: no overlap)")
     p.add_argument("--backward-time", type=float,
                    help="T_b: backward pass, in seconds (default: 2/3 of --compute-time)")
-    p.add_argument("--algo", default="ps,ring,tree",
-                   help=f"comma list of algorithms, of {','.join(MODELLED)}; with --train also gloo "
-                        "(default ps,ring,tree)")
+    add_algo_flag(p, "ps,ring,tree", f"comma list of algorithms, of {','.join(MODELLED)}, or all; with --train "
+                  "also gloo (default ps,ring,tree)")
     args = p.parse_args(argv)
     if args.train:
         return projection.train_main(args)
@@ -108,13 +105,11 @@ def main(argv):
             raise ValueError("needs --params and --compute-time, or --train FILE")
         if args.topology or args.cores or args.check:
             raise ValueError("--topology, --cores and --check need --train FILE")
-        itemsize = np.dtype(args.dtype).itemsize
+        itemsize = args.dtype.dtype.itemsize
         ranks = [int(r) for r in args.ranks.split(",")]
-        algos = args.algo.split(",")
-        bad = [a for a in algos if a not in MODELLED]
-        if bad or min(ranks) < 1 or args.params <= 0 or args.compute_time <= 0 or args.ranks_per_node < 1:
-            raise ValueError(f"unknown --algo {','.join(bad)}" if bad else
-                             "--ranks, --ranks-per-node, --params and --compute-time must be positive")
+        algos = algos_in(args.algo, dict(zip(MODELLED, MODELLED)))
+        if min(ranks) < 1 or args.params <= 0 or args.compute_time <= 0 or args.ranks_per_node < 1:
+            raise ValueError("--ranks, --ranks-per-node, --params and --compute-time must be positive")
         measured = measured_busbw(args.results)
     except (TypeError, ValueError, OSError) as exc:
         print(f"python -m bench scaling: {exc}", file=sys.stderr)
@@ -127,7 +122,7 @@ def main(argv):
     intra = args.intra_GBps if args.intra_GBps is not None else 10 * args.beta_GBps
     source = ("measured busbw from " + ", ".join(args.results)) if args.results else \
         f"alpha-beta model, alpha {args.alpha_us:g} us, beta {args.beta_GBps:g} GB/s"
-    print(comment(f"gradient {nbytes / 1e9:.3f} GB ({args.params:g} x {args.dtype}), T_c {args.compute_time:g} s, {source}"))
+    print(comment(f"gradient {nbytes / 1e9:.3f} GB ({args.params:g} x {args.dtype.name}), T_c {args.compute_time:g} s, {source}"))
     if not args.results:
         nodes = "every rank its own node" if r == 1 else \
             f"{r} ranks a node, linked at {intra:g} GB/s within it; hier across nodes: {args.hier_across}"

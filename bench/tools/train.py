@@ -75,6 +75,7 @@ from topology.probe import probe
 
 from ..baselines.gloo import GlooBaseline
 from ..baselines.gloo import problem as gloo_problem
+from ..core.cli import add_algo_flag, add_dtype_flag, algos_in
 from ..core.machine import now, results_header
 from ..core.options import shared_topology
 from ..core.startup import refused
@@ -91,7 +92,7 @@ from .train_timeline import trace_path
 
 PROG = "python -m bench train"
 SPECIAL = ("gloo", "noop")
-DTYPE_NAMES = tuple(t.train for t in algorithms.TYPES if t.train)  # from the table of types: fp32, bf16
+TRAINED = tuple(t for t in algorithms.TYPES if t.train)  # the types DDP trains in here, from the table: fp32, bf16
 VERSION = 2  # of the -J document (2: every figure over rounds, with its interval)
 HOOK_BOUND = 1.05  # the target: the hook at most 5% over a bare all-reduce of the same bytes
 PROBE_BYTES = 4 << 20  # the probe's messages, where no --topology is given
@@ -100,14 +101,13 @@ PROBE_BYTES = 4 << 20  # the probe's messages, where no --topology is given
 def parser():
     p = Parser(prog=PROG, description=description(__doc__), epilog=epilog(__doc__),
                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--algo", default="auto,ring,gloo,noop",
-                   help=f"comma list of all-reduces: our algorithms ({','.join(algorithms.ALGORITHMS)}) through the "
-                        "DDP hook, gloo (DDP's own all-reduce, no hook), noop (no all-reduce: the compute time; it "
-                        "always runs) (default auto,ring,gloo,noop)")
+    add_algo_flag(p, "auto,ring,gloo,noop", f"comma list of all-reduces: our algorithms "
+                  f"({','.join(algorithms.ALGORITHMS)}) through the DDP hook, gloo (DDP's own all-reduce, no hook), "
+                  "noop (no all-reduce: the compute time; it always runs) (default auto,ring,gloo,noop)")
     p.add_argument("--bucket-mb", default="25",
                    help="comma list of DDP bucket caps (bucket_cap_mb), in MiB (default 25)")
-    p.add_argument("--dtype", default="fp32", help=f"comma list of parameter and gradient types: "
-                                                   f"{', '.join(DTYPE_NAMES)} (default fp32)")
+    add_dtype_flag(p, "fp32", "comma list of parameter and gradient types", flags=("--dtype",), many=True,
+                   among=TRAINED)
     p.add_argument("--overlap", default="off",
                    help="comma list of off (the hook reduces each bucket before backward goes on), on (on a "
                         "communication thread while backward goes on); our algorithms run once for each "
@@ -161,14 +161,9 @@ def check_flags(args):
         buckets = comma_list(args.bucket_mb, float)
     except ValueError:
         raise ValueError(f"--bucket-mb {args.bucket_mb}: not a comma list of numbers") from None
-    algos = comma_list(args.algo)
-    unknown = [a for a in algos if a not in algorithms.ALGORITHMS and a not in SPECIAL]
-    if unknown or not algos:
-        raise ValueError(f"--algo: unknown {','.join(unknown) or 'empty list'}; choices: "
-                         f"{','.join([*algorithms.ALGORITHMS, *SPECIAL])}")
-    dtypes = comma_list(args.dtype)
-    if not dtypes or any(d not in DTYPE_NAMES for d in dtypes):
-        raise ValueError(f"--dtype {args.dtype}: choices are {', '.join(DTYPE_NAMES)}")
+    names = [*algorithms.ALGORITHMS, *SPECIAL]
+    algos = algos_in(args.algo, dict(zip(names, names)), every=None)
+    dtypes = [row.train for row in args.dtype.rows]
     overlaps = comma_list(args.overlap)
     if not overlaps or any(o not in ("off", "on") for o in overlaps):
         raise ValueError(f"--overlap {args.overlap}: a comma list of off, on")

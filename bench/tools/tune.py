@@ -37,11 +37,10 @@ from mpi4py import MPI
 
 import algorithms
 from algorithms.auto import SCHEMA, candidates, load_table
-from algorithms.dtypes import BY_NAME
-from algorithms.ops import check_op_dtype, dtype_index
+from algorithms.ops import check_op_dtype
 from plumbing.files import write_json_atomically
 
-from ..core.cli import Parser, add_size_flags
+from ..core.cli import Parser, add_algo_flag, add_dtype_flag, add_size_flags, algos_in
 from ..core.machine import results_header, tuning_path
 from ..core.sizes import sweep
 from ..core.startup import refused
@@ -176,10 +175,7 @@ def main(argv=None):
         "incumbent, what auto ran before, stays unless a candidate's time over its own, round by round, has a "
         "95% confidence interval wholly below 1; the table records that interval and the candidates that tie."))
     add_size_flags(p, "1K", "256M", 2, what="vector (after 8 B)")
-    p.add_argument("-d", "--datatype", default="float32",
-                   help="comma list of element types (float32, float64, bfloat16, int32, ..., or float, double, "
-                        "half, bf16, f8e4m3, f8e5m2, int); "
-                        "the first also stands for the others (default float32)")
+    add_dtype_flag(p, "float32", "comma list of element types; the first also stands for the others", many=True)
     p.add_argument("--op", default="sum", choices=list(algorithms.OPS), help="reduction op (default sum)")
     p.add_argument("--repeats", type=int, default=7,
                    help="rounds per size, each candidate timed once a round; medians and paired ratios over them, "
@@ -188,9 +184,8 @@ def main(argv=None):
                    help="comma list of the collectives to tune, of allreduce, reducescatter and allgather "
                         "(default allreduce); a table holds rules for each, and the rules of those not tuned "
                         "are kept from the standing table")
-    p.add_argument("--algo", default="all",
-                   help=f"comma list of candidates, of {','.join(candidates())} (default all; of each "
-                        "collective's candidates, those named)")
+    add_algo_flag(p, "all", f"comma list of candidates, of {','.join(candidates())} (default all; of each "
+                  "collective's candidates, those named)")
     p.add_argument("-o", "--output", help="the table's path (default results/tuning-<host>-<N>r.json)")
     p.add_argument("--tuning", metavar="FILE",
                    help="the table whose choices stand unless a candidate is measured faster (default: "
@@ -199,20 +194,15 @@ def main(argv=None):
     comm = MPI.COMM_WORLD
     problem = None
     try:
-        dtypes = [BY_NAME[name.strip()].dtype if name.strip() in BY_NAME else np.dtype(name.strip())
-                  for name in args.datatype.split(",")]
+        dtypes = [row.dtype for row in args.datatype.rows]
         for dtype in dtypes:
             check_op_dtype(args.op, dtype)
-            dtype_index(dtype)
         collectives = [c.strip() for c in args.collective.split(",")]
         bad = [c for c in collectives if c not in COLLECTIVES]
         if bad or not collectives:
             raise ValueError(f"unknown --collective {','.join(bad)}; choices: {','.join(COLLECTIVES)}")
         every = [name for name in candidates() if any(name in candidates(COLLECTIVES[c]) for c in collectives)]
-        names = every if args.algo == "all" else [a.strip() for a in args.algo.split(",")]
-        unknown = [a for a in names if a not in every]
-        if unknown:
-            raise ValueError(f"unknown --algo {','.join(unknown)}; candidates: {','.join(every)}")
+        names = algos_in(args.algo, dict(zip(every, every)))
         if args.stepfactor < 2 or args.repeats < 1 or args.minbytes > args.maxbytes:
             raise ValueError("need -f >= 2, --repeats >= 1 and -b <= -e")
     except (TypeError, ValueError) as exc:
