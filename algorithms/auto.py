@@ -24,9 +24,9 @@ import numpy as np
 from mpi4py import MPI
 
 from topology.model import Network
-from topology.probe import node_numbers
 
 from .algorithm import Algorithm
+from .catalog.hier import Layout
 from .costs import SCHEDULES_OF, cost_model
 from .dtypes import LOW_PRECISION
 from .runtime.executor import private_comm
@@ -82,7 +82,7 @@ class Choices:
 
     def __init__(self, comm):
         self.size = comm.Get_size()
-        self.node_of = node_numbers(comm)  # the same on every rank, so every rank decides alike
+        self.node_of = list(Layout(comm).nodes)  # hier's nodes (ALLREDUCE_NODE_MAP where set): alike on every rank
         counts = Counter(self.node_of)
         self.nodes, self.single_node = len(counts), len(counts) == 1
         path = setting("ALLREDUCE_TUNING_FILE")

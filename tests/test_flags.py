@@ -404,6 +404,22 @@ def test_hier_says_and_saves_its_node_layout(tmp_path):
         "give one node id per rank"]
 
 
+def test_auto_sees_the_nodes_hier_sees():
+    """ALLREDUCE_NODE_MAP is one answer everywhere: two ranks of one machine mapped to two nodes
+    are two nodes to auto too, which then leaves out what runs within one node's shared memory
+    (oneshot, its pick at 8 B on one node without a tuning table)."""
+    code = ("import algorithms.auto as auto; from algorithms.catalog.hier import layout_of; from mpi4py import MPI\n"
+            "c, hier = auto.Choices(MPI.COMM_WORLD), list(layout_of().nodes)  # collective\n"
+            "if MPI.COMM_WORLD.rank == 0: print(c.nodes, hier, c.choose(False, 'float32', 8)[0])")
+    picked = {}
+    for node_map in ("", "5,3"):
+        proc = run_mpi(2, ["-c", code], timeout=60, env={"ALLREDUCE_NODE_MAP": node_map, "ALLREDUCE_TUNING_FILE": ""})
+        assert proc.returncode == 0, proc.stderr
+        picked[node_map] = proc.stdout.split(maxsplit=3)
+    assert picked[""][:3] == ["1", "[0,", "0]"] and picked[""][3].strip() == "oneshot"
+    assert picked["5,3"][:3] == ["2", "[0,", "1]"] and picked["5,3"][3].strip() != "oneshot"
+
+
 def test_timed_warms_up_every_turn_before_its_timed_calls():
     """bench.core.timing.timed on one process: in each round every candidate makes its warm-up
     calls right before its timed ones (what the turn before left behind falls on the warm-up),

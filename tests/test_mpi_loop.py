@@ -14,7 +14,7 @@ import sys
 import pytest
 from conftest import ROOT, run_mpi
 
-from bench.baselines import compiled
+from topology import mpicc as compiled
 from bench.baselines.mpi_loop import SOURCE
 
 NO_COMPILER = "no C compiler: MPICC=/nonexistent is not an executable"

@@ -8,7 +8,8 @@ import socket
 import time
 
 import numpy as np
-from mpi4py import MPI
+
+from .machine import PROCESS_VM_READV, IoVec, node_comm
 
 
 def copy_bandwidth(comm, nbytes, least=10, seconds=0.05):
@@ -19,7 +20,7 @@ def copy_bandwidth(comm, nbytes, least=10, seconds=0.05):
     ``seconds`` of each (a core's first copies run at a fraction of its speed), by one rank
     per host while the others wait asleep (an MPI barrier's polling would take the copying
     rank's core where ranks outnumber cores): {host: B/s} on every rank."""
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    node = node_comm(comm)
     try:
         best = None
         if node.Get_rank() == 0:
@@ -64,23 +65,14 @@ def _fastest(call, least, seconds):
     return fastest
 
 
-class _Iovec(ctypes.Structure):
-    _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
-
-
 def _kernel_copy(source, target):
     """A call that copies ``source`` into ``target`` by ``process_vm_readv`` on this process,
     or None where the kernel refuses it."""
-    try:
-        readv = ctypes.CDLL(None, use_errno=True).process_vm_readv
-    except (OSError, AttributeError):
+    if PROCESS_VM_READV is None:
         return None
-    readv.restype = ctypes.c_ssize_t
-    readv.argtypes = [ctypes.c_int, ctypes.POINTER(_Iovec), ctypes.c_ulong, ctypes.POINTER(_Iovec),
-                      ctypes.c_ulong, ctypes.c_ulong]
-    local, remote = _Iovec(target.ctypes.data, target.nbytes), _Iovec(source.ctypes.data, source.nbytes)
+    local, remote = IoVec(target.ctypes.data, target.nbytes), IoVec(source.ctypes.data, source.nbytes)
     pid = os.getpid()
 
     def copy():
-        return readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+        return PROCESS_VM_READV(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
     return copy if copy() == source.nbytes else None

@@ -60,7 +60,6 @@ stored as that and flagged.
 """
 
 import datetime
-import os
 import socket
 import sys
 import time
@@ -70,6 +69,7 @@ from mpi4py import MPI
 
 from . import floor
 from .copy_rate import copy_bandwidth
+from .machine import machines, members, node_numbers
 from .matrix import BandwidthMatrix
 
 _TAG = 11
@@ -149,27 +149,6 @@ def _run_schedule(comm, schedule, payload, reps, warmup, progress=None, label="r
     return dict(pair for rows in comm.allgather(mine) for pair in rows)
 
 
-def node_numbers(comm):
-    """The node of each rank of ``comm``, on every rank: the groups of
-    ``Split_type(COMM_TYPE_SHARED)``, numbered 0..K-1 in the order of their first ranks."""
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    try:
-        first = node.allreduce(comm.Get_rank(), op=MPI.MIN)
-    finally:
-        node.Free()
-    firsts = comm.allgather(first)
-    order = {f: k for k, f in enumerate(sorted(set(firsts)))}
-    return [order[f] for f in firsts]
-
-
-def members(nodes):
-    """The ranks of each node, in node order (the first of each its leader)."""
-    found = [[] for _ in range(max(nodes) + 1)]
-    for rank, node in enumerate(nodes):
-        found[node].append(rank)
-    return found
-
-
 def node_schedule(nodes, mode="rounds"):
     """(within, between): rounds of disjoint rank pairs (a, b), a < b. ``within``: every pair
     of ranks on one node, round i of each node's own tournament together; ``between``: the
@@ -184,27 +163,6 @@ def node_schedule(nodes, mode="rounds"):
         within = [[pair] for round_ in within for pair in round_]
         between = [[pair] for round_ in between for pair in round_]
     return within, between
-
-
-def machines(comm):
-    """The machines under ``comm``'s ranks, on every rank: a list of ``{"ranks", "hosts",
-    "cores"}``, one per running kernel (its ``boot_id``, which every network or UTS namespace of
-    one machine shares; the host name where there is none), ``cores`` the CPUs its ranks may run
-    on together (the union of their affinities). More ranks than cores is an oversubscribed
-    machine: its shared-memory figures measure how the cores were shared, not the links."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            kernel = f.read().strip()
-    except OSError:
-        kernel = socket.gethostname()
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
-    found = {}
-    for rank, (key, host, mine) in enumerate(comm.allgather((kernel, socket.gethostname(), cpus))):
-        machine = found.setdefault(key, {"ranks": [], "hosts": [], "cpus": set()})
-        machine["ranks"].append(rank)
-        machine["hosts"] += [] if host in machine["hosts"] else [host]
-        machine["cpus"] |= set(mine)
-    return [{"ranks": m["ranks"], "hosts": m["hosts"], "cores": len(m["cpus"])} for m in found.values()]
 
 
 def suspicious(bandwidth, latency, factor=DISAGREE):

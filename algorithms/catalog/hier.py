@@ -55,6 +55,7 @@ import numpy as np
 from mpi4py import MPI
 
 from topology import BandwidthMatrix, build_tree
+from topology.machine import node_numbers, numbered
 
 from ..runtime import engine
 from . import ring
@@ -66,7 +67,7 @@ from ..runtime.plan import copy, relabel, start_in, zero
 from ..from_bandwidth import from_bandwidth, matrix_key
 from ..settings import WIRE, setting
 
-__all__ = ["Layout", "Nodes", "Packing", "all_gather", "allreduce", "layout_of", "node_layout", "prepare",
+__all__ = ["Layout", "Nodes", "Packing", "all_gather", "allreduce", "layout_of", "prepare",
            "reduce_scatter", "steps"]
 
 RESOURCE = "hier"  # the name of the Layout among a Private's resources
@@ -75,17 +76,6 @@ ACROSS = WIRE["ALLREDUCE_HIER_ACROSS"].choices
 _NEEDS_BANDWIDTH = ("algorithm 'hier' with ALLREDUCE_HIER_ACROSS=bamtree builds its tree across nodes from "
                     "link bandwidths, and none was given: pass bandwidth= (an S x S matrix in GB/s, or a file "
                     "from 'python -m topology probe')")
-
-
-def node_layout(labels):
-    """``(node index per rank, members per node)`` from any node ids per rank: nodes numbered
-    in order of their first rank, members in rank order."""
-    order = {}
-    index = [order.setdefault(label, len(order)) for label in labels]
-    members = [[] for _ in order]
-    for rank, node in enumerate(index):
-        members[node].append(rank)
-    return index, members
 
 
 def owners(members, piece):
@@ -110,15 +100,7 @@ class Layout:
         self.source = "ALLREDUCE_NODE_MAP" if given else "shared memory"
         self._trees = {}  # bandwidth key -> the BAM tree across nodes
         self._nodes = {}  # id of the tree across nodes -> the plan's Nodes
-        if given:
-            labels = list(given)
-        else:
-            node_comm = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
-            try:
-                labels = comm.allgather(node_comm.bcast(rank, root=0))  # a node's id: its first rank
-            finally:
-                node_comm.Free()
-        self.nodes, self.members = node_layout(labels)
+        self.nodes, self.members = numbered(list(given) if given else node_numbers(comm))
         self.rank, self.size = rank, size
 
     def describe(self):
@@ -265,7 +247,7 @@ def bind(coll, count, dtype):
 def plan_input(size, matrix, nodes):
     """The :class:`Nodes` of ``size`` ranks on nodes ``nodes`` (one id per rank), the tree across
     them built from ``matrix`` where ``ALLREDUCE_HIER_ACROSS=bamtree``."""
-    _, members = node_layout(nodes)
+    _, members = numbered(nodes)
     tree = None
     if setting("ALLREDUCE_HIER_ACROSS") == "bamtree" and len(members) > 1:
         if matrix is None:

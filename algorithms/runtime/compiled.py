@@ -22,6 +22,7 @@ import numpy as np
 from mpi4py import MPI
 
 from plumbing.shm import ShmTooSmall
+from topology.machine import node_comm
 
 from ..arrays import data_pointer
 from ..dtypes import DTYPES
@@ -73,7 +74,7 @@ class Channels:
 
     def __init__(self, comm):
         size = comm.Get_size()
-        node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        node = node_comm(comm)
         self.win, self.note = None, None
         try:
             together = node.Get_size() == size

@@ -12,7 +12,7 @@ count once after them, outside the time.
 import ctypes
 import os
 
-from .compiled import load
+from topology.mpicc import load
 
 SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "probes", "mpi_loop.c")
 #: the collectives of mpi_loop.c, by the sweep's names

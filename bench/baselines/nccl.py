@@ -83,9 +83,9 @@ def judge(comm, problem, bus_id):
     puts no two ranks of a communicator on one GPU). The bus ids, not each rank's count of GPUs,
     tell: a rank that sees one GPU (``CUDA_VISIBLE_DEVICES`` per task, Slurm's
     ``--gpus-per-task=1``) has its own. Collective."""
-    from mpi4py import MPI  # once MPI runs: this module is read before MPI starts (module docstring)
+    from topology.machine import node_comm  # once MPI runs: this module is read before MPI starts (module docstring)
 
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    node = node_comm(comm)
     try:
         members = node.allgather((comm.Get_rank(), bus_id))
     finally:

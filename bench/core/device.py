@@ -3,9 +3,9 @@
 NCCL, the GPU baseline, is :mod:`bench.baselines.nccl`.
 """
 
-from mpi4py import MPI
 
 from plumbing.ending import raise_together
+from topology.machine import node_comm
 
 
 class Unavailable(RuntimeError):
@@ -23,7 +23,7 @@ def select_device(comm):
             raise RuntimeError("no CUDA device")
     except Exception as exc:  # ImportError, CUDA driver errors
         problem = f"--device gpu needs CuPy and a CUDA GPU on rank {comm.Get_rank()}: {exc}"
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    local = node_comm(comm)
     local_rank, local_size = local.Get_rank(), local.Get_size()
     local.Free()
     raise_together(comm, problem, Unavailable)

@@ -13,7 +13,7 @@ from algorithms.ops import kernels
 from algorithms.runtime.transports.pages import thp_mode
 from plumbing.ending import thread_level_name
 from plumbing.shm import free_bytes, mib, total_bytes
-from topology.probe import node_numbers
+from topology.machine import cpu_name, crowding, node_numbers
 
 from ..formats.results import now
 
@@ -22,17 +22,6 @@ def relevant_env():
     """The settings that change what is measured (malloc tuning, transport, MPICH and UCX knobs)."""
     names = sorted(k for k in os.environ if k.startswith(("MALLOC_", "ALLREDUCE_", "MPIR_CVAR_", "UCX_", "OMP_")))
     return " ".join(f"{k}={os.environ[k]}" for k in names) or "(none set)"
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown cpu"
 
 
 def commit():
@@ -58,7 +47,7 @@ def describe():
     that reduces each dtype on the CPU: `algorithms.ops.kernels`)."""
     return {
         "host": socket.gethostname(),
-        "cpu": cpu_model(),
+        "cpu": cpu_name(),
         "cores": os.cpu_count(),
         "machine": platform.machine(),
         "python": platform.python_version(),
@@ -71,31 +60,6 @@ def describe():
         "dev_shm": shm_text(),
         "kernels": kernels(),
     }
-
-
-def machine_id():
-    """This kernel's boot id: ranks in network namespaces of one host (the lab's nodes) share it,
-    and with it the host's cores, which their MPI counts as several nodes'."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        return socket.gethostname()
-
-
-def crowding(comm, threads=1):
-    """(ranks, cores, host) of the first machine whose ranks, ``threads`` busy threads each,
-    outnumber the cores they may run on (the union of their CPU affinities; ranks in network
-    namespaces of one host count together: :func:`machine_id`), else None; the same on every
-    rank (collective). Timings from such a machine measure the operating system's scheduler."""
-    mine = (machine_id(), socket.gethostname(), tuple(sorted(os.sched_getaffinity(0))))
-    every = comm.allgather(mine)
-    for machine in dict.fromkeys(m for m, _, _ in every):
-        here = [(host, cores) for m, host, cores in every if m == machine]
-        cores = set().union(*(set(c) for _, c in here))
-        if len(here) * threads > len(cores):
-            return len(here), len(cores), here[0][0]
-    return None
 
 
 def oversubscription(comm):

@@ -20,6 +20,7 @@ from mpi4py import MPI
 
 from algorithms.runtime.transports.registered import REGISTERED_FIX
 from algorithms.runtime.transports.shared_windows import check_room, whole_pages
+from topology.machine import node_comm
 
 VECTORS_PER_RANK = 7
 REGISTERED_COPIES = 5
@@ -66,7 +67,7 @@ def available_bytes():
 def check_memory(comm, need, what):
     """Raise the same ``ValueError`` on every rank of ``comm`` when the ranks of some node
     need more than that node has available (``need``: this rank's bytes; collective)."""
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    node = node_comm(comm)
     try:
         total = node.allreduce(need, op=MPI.SUM)
         available = available_bytes() if node.Get_rank() == 0 else None
@@ -89,7 +90,7 @@ def check_registered_room(comm, largest):
     """``-R 1``: raise the same :class:`plumbing.shm.ShmTooSmall` on every rank
     when the registered vectors of the largest size (:data:`REGISTERED_COPIES` a rank, each
     ``largest`` bytes) would not fit the node's ``/dev/shm`` (collective)."""
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    node = node_comm(comm)
     try:
         check_room(comm, node, REGISTERED_COPIES * whole_pages(largest),
                    f"-R 1 at the largest size ({REGISTERED_COPIES} registered vectors of {largest} B a rank)",

@@ -24,7 +24,7 @@ import sys
 from plumbing.cli import Parser
 from plumbing.files import write_json_atomically, write_text_atomically
 
-from ..baselines.compiled import loaded_libmpi
+from topology.mpicc import loaded_libmpi
 from ..baselines.mpi import OPEN_MPI, PREFIX, library_of
 from ..formats.results import placement_time, read_results
 

@@ -33,7 +33,7 @@ from algorithms.registry import REGISTERED
 from plumbing.files import check_writable, write_json_atomically
 from topology.model import Network
 from topology.model.replay import replay
-from topology.probe import node_numbers
+from topology.machine import node_numbers
 
 from .plan import plan_that_runs
 

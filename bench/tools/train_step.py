@@ -38,7 +38,7 @@ from torch.nn.parallel import DistributedDataParallel
 import algorithms
 import algorithms.torch as art
 
-from ..core.machine import crowding
+from topology.machine import crowding
 from ..core.timing import iterations_for, timed
 
 #: --dtype -> (torch dtype, NumPy dtype of the same bits)
@@ -292,7 +292,7 @@ def overlap_of(comm, calls):
 def shared_cores(comm, threads):
     """Why an all-reduce running beside the backward pass takes its processor time from it (text),
     else None: the ranks of a machine need more cores than they may use, one per torch thread
-    and one for the all-reduce (:func:`bench.core.machine.crowding`; collective)."""
+    and one for the all-reduce (:func:`topology.machine.crowding`; collective)."""
     found = crowding(comm, threads + 1)
     if found is None:
         return None

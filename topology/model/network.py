@@ -11,6 +11,7 @@ transfers shares them is :mod:`.phases`.
 
 import numpy as np
 
+from ..machine import members
 from ..matrix import BandwidthMatrix
 
 UNIFORM_MATRIX_LIMIT = 2048  # the largest uniform network built as an N x N matrix (for BAM/KM trees)
@@ -131,6 +132,5 @@ class Network:
         return self._node_matrix()
 
     def node_ranks(self):
-        """The ranks of each node, in rank order."""
-        order = np.argsort(self.nodes, kind="stable")
-        return np.split(order, np.cumsum(np.bincount(self.nodes, minlength=self.node_count))[:-1])
+        """The ranks of each node, in rank order (:func:`topology.machine.members`)."""
+        return [np.asarray(ranks, dtype=np.int64) for ranks in members(self.nodes.tolist())]

@@ -25,6 +25,7 @@ import numpy as np
 from mpi4py import MPI
 
 from plumbing.shm import ShmTooSmall
+from topology.machine import node_comm
 
 from ...settings import setting
 from .shared_windows import allocate_shared, warn_once
@@ -47,7 +48,7 @@ class Boxes:
     def __init__(self, comm, name, variable, fallback, words=1, offset=8):
         self.capacity = setting(variable)
         box = -(-(offset + self.capacity) // LINE) * LINE
-        node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        node = node_comm(comm)
         self.size, self.me = comm.Get_size(), comm.Get_rank()
         self.note = None  # why it runs its fallback on one node
         self.detail = None  # what else it does otherwise than its docstring's first way here, and why

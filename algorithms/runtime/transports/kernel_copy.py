@@ -13,25 +13,13 @@ import os
 
 import numpy as np
 
-
-class _IoVec(ctypes.Structure):
-    _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
-
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_readv = getattr(_libc, "process_vm_readv", None)
-_writev = getattr(_libc, "process_vm_writev", None)
-for _call in (_readv, _writev):
-    if _call is not None:
-        _call.restype = ctypes.c_ssize_t
-        _call.argtypes = [ctypes.c_int, ctypes.POINTER(_IoVec), ctypes.c_ulong,
-                          ctypes.POINTER(_IoVec), ctypes.c_ulong, ctypes.c_ulong]
+from topology.machine import PROCESS_VM_READV, PROCESS_VM_WRITEV, IoVec
 
 
 def _move(call, what, pid, address, array):
     """``call`` (read or write) of ``array``'s bytes against ``address`` in process ``pid``,
     repeated over what a short transfer left."""
-    here, there = _IoVec(), _IoVec()
+    here, there = IoVec(), IoVec()
     start, nbytes, done = array.ctypes.data, array.nbytes, 0
     while done < nbytes:
         here.base, here.length = start + done, nbytes - done
@@ -45,12 +33,12 @@ def _move(call, what, pid, address, array):
 
 def read(pid, address, out):
     """Fill the contiguous array ``out`` from ``address`` in process ``pid``."""
-    _move(_readv, "read", pid, address, out)
+    _move(PROCESS_VM_READV, "read", pid, address, out)
 
 
 def write(pid, address, data):
     """Copy the contiguous array ``data`` to ``address`` in process ``pid``."""
-    _move(_writev, "write", pid, address, data)
+    _move(PROCESS_VM_WRITEV, "write", pid, address, data)
 
 
 def usable(comm):
@@ -59,7 +47,7 @@ def usable(comm):
     rank = comm.Get_rank()
     probe = np.array([rank + 1, 0], np.int64)
     pids_and_addresses = comm.allgather((os.getpid(), probe.ctypes.data))
-    why = None if _readv is not None and _writev is not None else "the C library lacks process_vm_readv"
+    why = None if PROCESS_VM_READV is not None and PROCESS_VM_WRITEV is not None else "the C library lacks process_vm_readv"
     if why is None:
         seen = np.zeros(1, np.int64)
         try:

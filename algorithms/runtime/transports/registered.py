@@ -17,6 +17,7 @@ import numpy as np
 from mpi4py import MPI
 
 from plumbing.shm import SHM_FIX, mib
+from topology.machine import node_comm
 
 from .shared_windows import allocate_shared
 
@@ -41,7 +42,7 @@ class Registry:
     def alloc(self, nbytes):
         """A ``nbytes`` uint8 vector that the node's ranks can read (collective); raises
         :class:`.shared_windows.ShmTooSmall` on every rank where ``/dev/shm`` cannot back it."""
-        node = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
+        node = node_comm(self.comm)
         try:
             info = MPI.Info.Create()
             info.Set("alloc_shared_noncontig", "true")  # each part page-aligned, on its own pages

@@ -31,6 +31,7 @@ import os
 
 import numpy as np
 from mpi4py import MPI
+from topology.machine import node_comm
 
 from ...arrays import data_pointer, is_device
 from ...settings import setting, size_text
@@ -459,7 +460,7 @@ def _node_page_probe(comm):
     wanted = setting("ALLREDUCE_SHM_BY_PAGES")
     on = wanted == "1" or (wanted == "auto" and thp_mode() == "never")
     probe = PageProbe() if on else PageProbe.unavailable()
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    node = node_comm(comm)
     try:
         probe.available = all(node.allgather(probe.available))
     finally:

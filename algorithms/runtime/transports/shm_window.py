@@ -20,6 +20,7 @@ import numpy as np
 from mpi4py import MPI
 
 from plumbing.shm import ShmTooSmall
+from topology.machine import node_comm
 
 from ...arrays import is_device
 from ...device import steps
@@ -54,7 +55,7 @@ class Mailboxes:
         self.slot_bytes = setting(variable)  # a multiple of LINE (settings.WIRE)
         self.xp, self.device, self.steps = xp, None, steps(xp)
         self.copy = copy_for(xp)  # into and out of the slots (copies.py)
-        node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        node = node_comm(comm)
         members = MPI.Group.Translate_ranks(node.Get_group(), list(range(node.Get_size())),
                                             comm.Get_group())
         self.local = {rank: i for i, rank in enumerate(members)}  # comm rank -> node rank

@@ -1,5 +1,7 @@
-"""A C file built at first use into a shared library by the MPI's own ``mpicc``, once per
-machine, and loaded with ctypes: what the ``mpi`` baseline's timed loop runs (:mod:`.mpi_loop`).
+"""C built against the MPI this process runs: a source file built at first use into a shared
+library by the MPI's own ``mpicc``, once per node, kept in one cache and loaded with ctypes, the
+one builder of every such library (the ``mpi`` baseline's timed loop, ``bench/probes/mpi_loop.c``;
+the lower bound's floor, ``topology/probes/floor.c``).
 
 The compiler is ``$MPICC`` when set (an explicit choice wins), else the ``mpicc`` beside this
 Python (the MPI wheel's, next to its ``mpiexec``), else ``mpicc`` on PATH. The library goes
@@ -128,9 +130,9 @@ def load(comm, source):
     """``(ctypes.CDLL, None)`` of the library built from ``source``, or ``(None, problem)``, the
     first rank's problem in one line, alike on every rank of ``comm`` (collective). One rank per
     node builds it; the others wait."""
-    from mpi4py import MPI
+    from .machine import node_comm  # once MPI runs: the baselines import this module before it starts
 
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    local = node_comm(comm)
     try:
         problem, path = local.bcast(prepare(source) if local.Get_rank() == 0 else None, root=0)
     finally:
