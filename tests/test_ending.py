@@ -230,7 +230,7 @@ def test_arrays_in_code_meet_the_same_rules():
 def test_train_asks_for_serialized_exactly_when_its_parser_reads_overlap_on(argv, level):
     """bench/tools decides before MPI starts what train's own parser reads later."""
     from bench.tools import TOOLS
-    from bench.tools.train import comma_list, parser
+    from bench.train.tool import comma_list, parser
 
     assert TOOLS["train"].thread_level(argv) == level
     assert all(tool.thread_level(argv) == "single" for name, tool in TOOLS.items() if name != "train")

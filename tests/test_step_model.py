@@ -1,12 +1,12 @@
-"""bench.tools.step_model and bench scaling --train's projection against closed forms on synthetic
+"""bench.train.predict and bench scaling --train's projection against closed forms on synthetic
 compute profiles and networks."""
 
 import numpy as np
 import pytest
 
 from algorithms.costs import cost_model
-from bench.tools.projection import compute_factor, network_for
-from bench.tools.step_model import Profile, predict, processor_share
+from bench.train.projection import compute_factor, network_for
+from bench.train.predict import Profile, predict, processor_share
 from topology import BandwidthMatrix
 from topology.model import Network
 

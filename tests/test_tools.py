@@ -17,7 +17,7 @@ ALGORITHMS = ["ps", "ring", "bamring", "dring", "tree", "bamtree", "kmtree", "db
 HELP_FILES = ["bench/tools/compare.py", "bench/tools/model.py", "bench/tools/plot.py", "bench/tools/scaling.py",
               "bench/tools/bound.py", "bench/tools/perf.py", "bench/tools/treebuild.py", "bench/lab/__main__.py",
               "bench/tools/gpu_check.py", "bench/tools/tune.py", "bench/tools/mpi_tuning.py",
-              "bench/tools/nccl_tuning.py", "bench/tools/train.py"]
+              "bench/tools/nccl_tuning.py", "bench/train/tool.py"]
 
 
 @pytest.fixture(scope="module")
@@ -303,7 +303,8 @@ def test_every_tool_resolves_algo_and_type_names_alike(capsys):
     from algorithms.dtypes import BY_NAME, TYPES
     from bench.core import options
     from bench.core.cli import Parser, Types, add_dtype_flag
-    from bench.tools import model, plan, plan_fit, scaling, train, tune
+    from bench.tools import model, plan, plan_fit, scaling, tune
+    from bench.train import tool as train
 
     def sweep(argv):
         options.parse_args(argv)

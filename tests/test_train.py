@@ -23,8 +23,8 @@ from conftest import ROOT, run_mpi
 from bench.baselines.gloo import problem as gloo_problem
 from bench.formats.stats import Interval, paired_ratio, verdict
 from bench.tools.scaling import exposed_time
-from bench.tools.step_model import exposed_after
-from bench.tools.train import CHECKS, TIMES, hook_target
+from bench.train.ddp import CHECKS, TIMES, hook_target
+from bench.train.predict import exposed_after
 
 needs_torch = pytest.mark.skipif(gloo_problem() is not None, reason=gloo_problem() or "")
 
@@ -484,7 +484,7 @@ def test_scaling_takes_its_inputs_from_bench_train(two_ranks):
 def test_a_wide_table_splits_into_tables_that_fit():
     """Columns past the width go into further tables, each led by the key columns; read back, the
     cells are the rows' (an independent parse: table_cells), and a narrow table stays one."""
-    from bench.tools.train_figures import table_lines
+    from bench.train.figures import table_lines
     columns = ("name", "kind", *(f"c{i}" for i in range(12)))
     units = ("", "", *("(ms)" for _ in range(12)))
     rows = [(f"run{r}", "x", *(f"{r}.{i} [{r}.{i}, 1{r}.{i}]" for i in range(12))) for r in range(3)]

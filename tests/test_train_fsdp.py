@@ -15,7 +15,7 @@ from test_train import cell_figure, check_figure, table_cells
 import algorithms
 
 from bench.baselines.gloo import problem as gloo_problem
-from bench.tools.step_model_fsdp import Profile, predict
+from bench.train.predict_fsdp import Profile, predict
 
 needs_torch = pytest.mark.skipif(gloo_problem() is not None, reason=gloo_problem() or "")
 
@@ -133,7 +133,7 @@ def test_fsdp_memory_and_parameters(fsdp):
         else:
             assert run["params_identical"] is True and run["vs_ddp_max_rel_diff"] <= 1e-6
     assert document["wrong"] == []
-    from bench.tools.train_fsdp import CHECKS, PARTS_COLUMNS, TIMES  # torch's
+    from bench.train.fsdp import CHECKS, PARTS_COLUMNS, TIMES  # torch's
 
     table = fsdp_rows(proc.stdout)
     keys = sorted((label(r), "on" if r["reshard_after_forward"] else "off") for r in document["fsdp_runs"])
@@ -291,7 +291,7 @@ def test_the_profile_comes_from_the_reference_calls():
     then layer 0 (19-20), the step ends at 22. Each layer's forward runs from its gather's call
     to the next one's, its backward from the previous reduce-scatter's return to its own; they
     add up to the step."""
-    from bench.tools.train_fsdp import Call, marks
+    from bench.train.fsdp import Call, marks
 
     calls = [Call("all_gather", "forward", 100, 1.0, 1.5), Call("all_gather", "forward", 200, 4.0, 4.5),
              Call("all_gather", "backward", 200, 10.0, 10.5), Call("all_gather", "backward", 100, 11.0, 11.5),

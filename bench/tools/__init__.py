@@ -53,7 +53,7 @@ TOOLS = {
     "scaling": Tool("bench.tools.scaling",
                     "data-parallel training step time and efficiency per algorithm and rank count", False),
     "perf": Tool("bench.tools.perf", "the CPU performance targets measured in one run (under mpiexec, 2 ranks)", True),
-    "train": Tool("bench.tools.train", "what communication costs a PyTorch DDP or FSDP training step, per algorithm, "
+    "train": Tool("bench.train.tool", "what communication costs a PyTorch DDP or FSDP training step, per algorithm, "
                   "bucket size and dtype, measured and modelled (under mpiexec; needs torch)", True, overlapping),
     "tune": Tool("bench.tools.tune", "time every candidate per size and write the tuning table algorithm=\"auto\" "
                  "follows (under mpiexec)", True),

@@ -23,7 +23,7 @@ the last bucket). The worked example: 7e9 float16 parameters over 8 ranks at 400
 take 61 ms of ring.
 
 ``--train FILE`` projects a step measured by ``python -m bench train -J FILE`` instead of
-guessing it (:mod:`bench.tools.projection`): each of the file's noop runs (the step with DDP's
+guessing it (:mod:`bench.train.projection`): each of the file's noop runs (the step with DDP's
 buckets returned untouched, one per dtype and bucket size) is a compute profile, T_c, the
 backward pass T_b and each bucket's bytes and ready time. For each algorithm, rank count and
 profile the table gives each bucket's all-reduce from the model (T_m, their sum), the exposed
@@ -49,14 +49,14 @@ from topology.model import Network
 
 from ..core.cli import Parser, add_algo_flag, add_dtype_flag, add_network_flags, algos_in
 from ..formats.tables import comment, description, epilog, plural
-from . import projection
+from ..train import projection
+from ..train.predict import exposed_after
 from .model import MODELLED, measured_rows
-from .step_model import exposed_after
 
 
 def exposed_time(bucket_time, buckets, backward):
     """Communication left after the backward pass when bucket k of K equal ones is ready at
-    k/K of it and buckets go out one after another (:func:`bench.tools.step_model.exposed_after`)."""
+    k/K of it and buckets go out one after another (:func:`bench.train.predict.exposed_after`)."""
     return exposed_after([k * backward / buckets for k in range(1, buckets + 1)], [bucket_time] * buckets, backward)
 
 

@@ -1,18 +1,18 @@
 """``bench scaling --train``: a measured compute profile projected to N ranks of a network.
 
 The compute profile is a ``bench train -J`` file's noop runs (one per dtype and bucket size:
-T_c, T_b, each bucket's bytes and ready time; :class:`bench.tools.step_model.Profile`); the
+T_c, T_b, each bucket's bytes and ready time; :class:`bench.train.predict.Profile`); the
 network is a uniform cluster (``--beta-GBps``, ``--alpha-us``, ``--ranks-per-node``), or a
 matrix file (``--topology``: a probe's, or the lab's configured network from ``python -m
 bench.lab network``), or a probe of one node extended by nodes (:func:`extended`). Each
 bucket's all-reduce comes from the cost model on that network, and the step from
-:func:`bench.tools.step_model.predict`, synchronous and overlapped.
+:func:`bench.train.predict.predict`, synchronous and overlapped.
 
 Per-rank compute does not change with N on a cluster (a fixed batch per rank). Where every
 rank shares one machine's P cores (``--cores P``, as the lab's namespaces do), N ranks of t
 torch threads each compute max(1, N t / P) / max(1, N0 t / P) times slower than the N0 ranks
 the profile was measured on (:func:`compute_factor`), and an overlapped all-reduce that polls
-has no core of its own (:func:`bench.tools.step_model.processor_share`).
+has no core of its own (:func:`bench.train.predict.processor_share`).
 """
 
 import json
@@ -28,7 +28,7 @@ from topology.model import Network
 from ..core.cli import algos_in
 from ..formats import stats
 from ..formats.tables import comment
-from .step_model import Profile, predict, processor_share
+from .predict import Profile, predict, processor_share
 
 GLOO = "gloo"  # DDP's own ring all-reduce: modelled as the ring, waiting asleep
 

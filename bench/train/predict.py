@@ -129,36 +129,42 @@ def predict(profile, allreduce_seconds, overlapped, shared=False, share=1.0):
     return made
 
 
-class Predictor:
-    """``bench train``'s predictions: the cost model of every algorithm's schedule on a
-    :class:`topology.BandwidthMatrix` (a probe's), and each run's step from the compute profile
-    its noop run measured in the same round. ``pick(nbytes, dtype)``: what auto runs for a
-    bucket; ``shared``: the cores are shared. gloo is DDP's ring all-reduce, asynchronous, and
-    sleeps while it waits; ours poll (MPI); native MPI has no schedule and is not predicted."""
+class CostModel:
+    """The cost model of every algorithm's schedules of ``collectives`` on a
+    :class:`topology.BandwidthMatrix` (a probe's), as both strategies' predictions ask it:
+    ``pick(nbytes, dtype, collective)`` is what auto runs; ``shared``: the cores are shared. gloo
+    is modelled as the ring and sleeps while it waits; ours poll (MPI); native MPI has no
+    schedule and is not predicted."""
 
-    def __init__(self, matrix, pick, shared):
-        from algorithms.costs import SCHEDULES, cost_model
+    def __init__(self, matrix, pick, shared, collectives=("allreduce",)):
+        from algorithms.costs import cost_model
 
-        self.model, self.schedules, self.pick, self.shared = cost_model(matrix), SCHEDULES, pick, shared
-        self.single_node = matrix.node_count == 1
+        self.models = {c: cost_model(matrix, collective=c) for c in collectives}
+        self.pick, self.shared, self.single_node = pick, shared, matrix.node_count == 1
 
-    def allreduce_seconds(self, algorithm, dtype):
-        """``seconds(nbytes)`` of one bucket's all-reduce, or None where the model has no schedule."""
+    def seconds(self, collective, algorithm, dtype):
+        """``seconds(nbytes)`` of one ``collective`` of ``algorithm`` (0 for noop, which moves
+        nothing), or None where the model has no schedule of it."""
         if algorithm == "noop":
             return lambda nbytes: 0.0
-        name = "ring" if algorithm == "gloo" else algorithm
-        if name != "auto" and name not in self.schedules:
+        name, model = "ring" if algorithm == "gloo" else algorithm, self.models[collective]
+        if name != "auto" and name not in model.schedules:
             return None
 
         def seconds(nbytes):
-            chosen = self.pick(nbytes, dtype) if name == "auto" else name
-            return self.model.time(chosen, nbytes) if chosen in self.schedules else float("nan")
+            chosen = self.pick(nbytes, dtype, collective) if name == "auto" else name
+            return model.time(chosen, nbytes) if chosen in model.schedules else float("nan")
         return seconds
+
+
+class Predictor(CostModel):
+    """``bench train``'s DDP predictions: each run's step from the compute profile its noop run
+    measured in the same round and each bucket's all-reduce from the :class:`CostModel`."""
 
     def rounds(self, algorithm, dtype, overlapped, reference):
         """A :class:`Prediction` per round from that round's noop run (``reference``: the rounds
         as ``bench train`` keeps them, each with "steps_s", "backward_ms" and "buckets"), or None."""
-        seconds = self.allreduce_seconds(algorithm, dtype)
+        seconds = self.seconds("allreduce", algorithm, dtype)
         if seconds is None:
             return None
         made = []

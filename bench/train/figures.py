@@ -33,6 +33,11 @@ def table_lines(columns, units, rows, keys=3, width=120):
     return made
 
 
+def run_label(run):
+    """A run's name in tables and pictures: "ring", "ring+ovl" (on the communication thread), "gloo"."""
+    return run["algorithm"] + ("+ovl" if run["overlap"] and run["algorithm"] != "gloo" else "")
+
+
 def mib(nbytes):
     """ "96.0 MiB", "16.3 KiB", "512 B"."""
     if nbytes >= 1 << 20:

@@ -21,7 +21,7 @@ gains nothing (a + r, plus a again with reshard on); with compute to hide behind
 all-gather of each pass and the last reduce-scatter are exposed; where communication dominates
 the step is the wire's time plus the last unit's forward.
 
-Where a rank has no core to spare (:mod:`bench.tools.step_model`), the part ``taken`` of an
+Where a rank has no core to spare (:mod:`bench.train.predict`), the part ``taken`` of an
 overlapped collective's time that is processor work stalls the compute when it is issued; the
 rest overlaps. The step is T_c + exposed, T_c the sum of the profile.
 """
@@ -29,7 +29,7 @@ rest overlaps. The step is T_c + exposed, T_c the sum of the profile.
 from dataclasses import dataclass, field
 
 from ..formats import stats
-from .step_model import against_measured, processor_share
+from .predict import CostModel, against_measured, processor_share
 
 #: the exposed communication's parts, in the order of the step
 PARTS = ("all_gather_forward", "all_gather_backward", "reduce_scatter")
@@ -139,32 +139,13 @@ def predict(profile, all_gather_s, reduce_scatter_s, reshard=True, overlap_all_g
     return line.made
 
 
-class Predictor:
-    """``bench train``'s FSDP predictions: the cost model of every algorithm's all-gather and
-    reduce-scatter schedules on a :class:`topology.BandwidthMatrix`, and each run's step from
-    the compute profile its reference run measured in the same round. ``pick(nbytes, dtype,
-    collective)``: what auto runs; ``shared``: the cores are shared. gloo is modelled as the ring
-    and sleeps while it waits; ours poll (MPI)."""
+class Predictor(CostModel):
+    """``bench train``'s FSDP predictions: each run's step from the compute profile its reference
+    run measured in the same round and each unit's all-gather and reduce-scatter from the
+    :class:`.predict.CostModel` of both."""
 
     def __init__(self, matrix, pick, shared):
-        from algorithms.costs import cost_model
-
-        self.models = {c: cost_model(matrix, collective=c) for c in COLLECTIVES}
-        self.pick, self.shared, self.single_node = pick, shared, matrix.node_count == 1
-
-    def seconds(self, collective, algorithm, dtype):
-        """``seconds(nbytes)`` of one unit's collective (0 for the reference run), or None where
-        the model has no schedule."""
-        if algorithm == "noop":
-            return lambda nbytes: 0.0
-        name, model = "ring" if algorithm == "gloo" else algorithm, self.models[collective]
-        if name != "auto" and name not in model.schedules:
-            return None
-
-        def seconds(nbytes):
-            chosen = self.pick(nbytes, dtype, collective) if name == "auto" else name
-            return model.time(chosen, nbytes) if chosen in model.schedules else float("nan")
-        return seconds
+        super().__init__(matrix, pick, shared, COLLECTIVES)
 
     def rounds(self, spec, profiles, overlapped=None):
         """A :class:`Prediction` per round's :class:`Profile` for ``spec`` (algorithm, dtype,

@@ -5,7 +5,7 @@ and the backward pass, drawn as a picture and written as a Chrome trace (trace-e
 
 The measured lane is the last timed step of the last round on rank 0 (a hook's records: when
 DDP handed each bucket over, when its all-reduce started and ended); runs without a hook (gloo)
-have none. The predicted lane is :mod:`bench.tools.step_model`'s, from the same round's noop
+have none. The predicted lane is :mod:`bench.train.predict`'s, from the same round's noop
 profile. The backward pass is the noop run's (the compute the all-reduces hide behind)."""
 
 import os

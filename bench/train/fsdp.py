@@ -28,7 +28,7 @@ step - reference step; exposed all-gather in the forward = forward - reference f
 exposed reduce-scatter = blocked in reduce-scatters - the reference's; exposed all-gather in the
 backward = the rest (with reshard-after-forward off, FSDP gathers nothing in the backward and
 it ties with 0). The reference's calls give the compute profile the prediction takes
-(:mod:`bench.tools.step_model_fsdp`): each layer's forward (from its all-gather's call to the
+(:mod:`bench.train.predict_fsdp`): each layer's forward (from its all-gather's call to the
 next one's) and backward (from one reduce-scatter's return to the next one's).
 
 Memory per rank: the bytes of the parameters, gradients and optimizer state this rank holds
@@ -51,11 +51,14 @@ import algorithms.torch as art
 
 from ..formats import stats
 from ..formats.tables import comment, significant
-from . import train_step as ts
-from .step_model_fsdp import PARTS, Predictor, Profile, prediction_fields
-from .train_figures import against_gloo, figure, gloo_ratio_cell, number, percentile, ratios, span, table_lines
+from . import ddp
+from .model import DTYPES, GLOO, NOOP, held_bytes, identical, max_rel_diff
+from .plot import fsdp_path, fsdp_plot
+from .predict_fsdp import PARTS, Predictor, Profile, prediction_fields
+from .figures import (against_gloo, figure, gloo_ratio_cell, number, percentile, ratios, run_label, span,
+                      table_lines)
 
-GLOO, NOOP = ts.GLOO, ts.NOOP
+KEY = "fsdp_runs"  # its runs' entries in the -J document
 POOL = 4  # buffers kept per size by the reference's all-gather (FSDP holds at most two at a time)
 _clock = time.perf_counter
 
@@ -79,16 +82,22 @@ class Spec:
         return f"fsdp {self.algorithm}{'+ovl' if self.overlap and self.algorithm != GLOO else ''}"
 
 
-def specs(algos, dtypes, overlaps, reshards):
-    """Every FSDP run, in order: per dtype and reshard choice, noop, then gloo, then ours."""
-    ours = [a for a in algos if a not in (GLOO, NOOP)]
+def specs(flags):
+    """Every FSDP run, in order: per dtype and reshard choice, noop, then gloo, then ours;
+    ``flags``: the checked flags (``algos``, ``dtypes``, ``overlaps``, ``reshards``)."""
+    ours = [a for a in flags.algos if a not in (GLOO, NOOP)]
     made = []
-    for dtype in dtypes:
-        for reshard in reshards:
+    for dtype in flags.dtypes:
+        for reshard in flags.reshards:
             made.append(Spec(NOOP, False, dtype, reshard))
-            made += [Spec(GLOO, False, dtype, reshard)] if GLOO in algos else []
-            made += [Spec(a, overlap, dtype, reshard) for a in ours for overlap in overlaps]
+            made += [Spec(GLOO, False, dtype, reshard)] if GLOO in flags.algos else []
+            made += [Spec(a, overlap, dtype, reshard) for a in ours for overlap in flags.overlaps]
     return made
+
+
+def start(comm, model, configs, warmup):
+    """{spec: its :class:`Run`}, each built once (collective)."""
+    return {spec: Run(comm, model, spec, warmup) for spec in configs}
 
 
 # ---------------------------------------------------------------- collectives
@@ -246,7 +255,7 @@ class Run:
             forward, self.phase = _clock(), "backward"
             loss.backward()
             self.optimizer.step()
-            self.held = self.held or ts.held_bytes(self.module.parameters(), self.optimizer)
+            self.held = self.held or held_bytes(self.module.parameters(), self.optimizer)
             self.optimizer.zero_grad()
             end = _clock()
             for made_by in self.ours:
@@ -354,7 +363,7 @@ def entry(spec, rounds, reference, gloo, predictor):
 
 
 def predictions(predictor, spec, reference, exposed):
-    """:func:`step_model_fsdp.prediction_fields` of ``spec`` from the reference's rounds."""
+    """:func:`.predict_fsdp.prediction_fields` of ``spec`` from the reference's rounds."""
     profiles = [Profile.of_units(one["units"], one["tail_ms"]) for one in reference]
     if predictor is None:
         return prediction_fields(None, None, None, exposed)
@@ -362,7 +371,7 @@ def predictions(predictor, spec, reference, exposed):
                              predictor.rounds(spec, profiles, True), exposed)
 
 
-def entries(configs, measured, predictor):
+def entries(configs, measured, predictor, comm=None, shared=None):
     """Every FSDP run's entry (:func:`entry`), from ``measured`` ({spec: its rounds so far}, the
     DDP runs' among them), with "compute_vs_ddp": the reference's step over the DDP noop run's of
     the same dtype (its first bucket cap), paired by round: what FSDP's own work costs."""
@@ -371,42 +380,57 @@ def entries(configs, measured, predictor):
         group = {s.algorithm: measured[s] for s in configs if (s.dtype, s.reshard) == (spec.dtype, spec.reshard)}
         ours = spec.algorithm not in (GLOO, NOOP)
         made.append(entry(spec, measured[spec], group[NOOP], group.get(GLOO) if ours else None, predictor))
-        ddp = next((r for s, r in measured.items()
-                    if isinstance(s, ts.Spec) and (s.algorithm, s.dtype) == (NOOP, spec.dtype)), None)
-        ratio = ddp and ratios(made[-1]["rounds"]["compute_ms"], [stats.median(one["steps_s"]) * 1e3 for one in ddp])[1]
+        ddp_noop = next((r for s, r in measured.items()
+                         if isinstance(s, ddp.Spec) and (s.algorithm, s.dtype) == (NOOP, spec.dtype)), None)
+        ratio = ddp_noop and ratios(made[-1]["rounds"]["compute_ms"],
+                                    [stats.median(one["steps_s"]) * 1e3 for one in ddp_noop])[1]
         made[-1]["compute_vs_ddp"] = ratio.as_dict() if ratio else None
     return made
 
 
 def predictor(comm, matrix, shared):
-    """The :class:`step_model_fsdp.Predictor` of these ranks (auto's choices asked of ``comm``)."""
+    """The :class:`.predict_fsdp.Predictor` of these ranks (auto's choices asked of ``comm``)."""
     def pick(nbytes, dtype, collective):
-        return algorithms.auto.choice(nbytes, ts.DTYPES[dtype][1], comm=comm, collective=collective)[0]
+        return algorithms.auto.choice(nbytes, DTYPES[dtype][1], comm=comm, collective=collective)[0]
     return Predictor(matrix, pick, shared)
 
 
-def finish(comm, configs, entries_made, runs, ddp_runs, places):
+def finish(comm, configs, entries_made, runs, places):
     """After the rounds (collective): each entry's place in the rounds, memory against the DDP
-    run's of its dtype, parameters identical across ranks and against that DDP run's; the FSDP
-    runs (not noop) whose parameters differ across ranks."""
+    run's of its dtype (``runs``: every strategy's), parameters identical across ranks and against
+    that DDP run's; the FSDP runs (not noop) whose parameters differ across ranks, named."""
     size, wrong = comm.Get_size(), []
+    ddp_runs = {s: r for s, r in runs.items() if isinstance(s, ddp.Spec)}
     for spec, made in zip(configs, entries_made):
         run = runs[spec]
         made["rounds"]["place"] = places[spec]
-        ddp = next((r for s, r in ddp_runs.items() if s.dtype == spec.dtype and s.algorithm == GLOO),
-                   next((r for s, r in ddp_runs.items() if s.dtype == spec.dtype and s.reduces), None))
+        ddp_run = next((r for s, r in ddp_runs.items() if s.dtype == spec.dtype and s.algorithm == GLOO),
+                       next((r for s, r in ddp_runs.items() if s.dtype == spec.dtype and s.reduces), None))
         held = {k: max(v) for k, v in zip(run.held, zip(*(r.values() for r in comm.allgather(run.held))))}
         held["total"] = sum(held.values())
-        theirs = None if ddp is None else max(sum(h.values()) for h in comm.allgather(ddp.held))
+        theirs = None if ddp_run is None else max(sum(h.values()) for h in comm.allgather(ddp_run.held))
         made["memory"] = {**held, "ddp_total": theirs, "vs_ddp": held["total"] / theirs if theirs else None,
                           "expected": 1 / size}
         parameters = run.parameters()
-        made["params_identical"] = ts.identical(comm, parameters)
-        if ddp is not None and spec.algorithm != NOOP:
-            made["vs_ddp_max_rel_diff"] = ts.max_rel_diff(comm, parameters, list(ddp.module.parameters()))
+        made["params_identical"] = identical(comm, parameters)
+        if ddp_run is not None and spec.algorithm != NOOP:
+            made["vs_ddp_max_rel_diff"] = max_rel_diff(comm, parameters, list(ddp_run.module.parameters()))
         if spec.algorithm != NOOP and not made["params_identical"]:
-            wrong.append(made)
+            wrong.append(describe(made))
     return wrong
+
+
+def picture(doc, path):
+    """Draw ``--plot``'s FSDP picture beside ``path`` (:func:`.plot.fsdp_path`); the paths written."""
+    if not doc.get(KEY):
+        return []
+    fsdp_plot(doc, fsdp_path(path))
+    return [fsdp_path(path)]
+
+
+def pictures(path):
+    """The files :func:`picture` writes for ``--plot path``."""
+    return [fsdp_path(path)]
 
 
 # ---------------------------------------------------------------- text
@@ -420,14 +444,9 @@ CHECKS = ("fsdp", "dtype", "reshard", "exposed/gloo", "p95", "param mem", "grad 
 CHECKS_UNITS = ("", "", "", "", "(ms)", "(MiB)", "(MiB)", "(MiB)", "(1/N)", "", "")
 
 
-def label(run):
-    """ "ring", "ring+ovl", "gloo", "noop"."""
-    return run["algorithm"] + ("+ovl" if run["overlap"] and run["algorithm"] != GLOO else "")
-
-
 def describe(made):
     """A wrong run's name: "fsdp ring (fp32, reshard on)"."""
-    return f"fsdp {label(made)} ({made['dtype']}, reshard {'on' if made['reshard_after_forward'] else 'off'})"
+    return f"fsdp {run_label(made)} ({made['dtype']}, reshard {'on' if made['reshard_after_forward'] else 'off'})"
 
 
 def time_cells(run):
@@ -444,7 +463,7 @@ def part_cells(run):
 
 
 def key_cells(run):
-    return label(run), run["dtype"], "on" if run["reshard_after_forward"] else "off"
+    return run_label(run), run["dtype"], "on" if run["reshard_after_forward"] else "off"
 
 
 def check_cells(run):
@@ -458,6 +477,8 @@ def check_cells(run):
 
 def lines(runs, rounds):
     """The FSDP section of the text output."""
+    if not runs:
+        return []
     texts = [
         "", "FSDP (fully_shard on each layer, then the root; the same model, data and SGD as the DDP runs): noop is "
         "FSDP whose collectives move nothing between ranks, its step the compute; exposed = step - noop's step, AG "
