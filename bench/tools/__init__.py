@@ -12,6 +12,7 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from plumbing.cli import comma_names
 from plumbing.ending import THREAD_LEVEL
 
 
@@ -30,7 +31,7 @@ def overlapping(argv):
         known, _ = parser.parse_known_args(argv)
     except (argparse.ArgumentError, SystemExit):  # train's parser says what is wrong
         return single(argv)
-    return "serialized" if "on" in [o.strip() for o in known.overlap.split(",")] else single(argv)
+    return "serialized" if "on" in comma_names(known.overlap) else single(argv)
 
 
 @dataclass(frozen=True)
