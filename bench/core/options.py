@@ -273,7 +273,8 @@ def parse_args(argv, epilog=""):
             p.error(f"--algo {entry.name}: {reasons[0]}")
     args.ops = (list(algorithms.OPS) if args.op == "all" else [args.op]) if spec.has_op else ["none"]
     if not any(runs(dtype, op) for dtype in args.dtypes for op in args.ops):
-        p.error(f"-o {args.op} -d {args.datatype} leaves nothing to measure: avg is defined for "
+        named = "all" if args.datatype.every else args.datatype.rows[0].nccl
+        p.error(f"-o {args.op} -d {named} leaves nothing to measure: avg is defined for "
                 "floating-point types only (-d half, float, double, bfloat16, f8e4m3, f8e5m2)")
     try:
         args.sizes = sweep(args.minbytes, args.maxbytes, args.stepfactor, args.stepbytes)
