@@ -1,8 +1,9 @@
 """The machine under a communicator, found in one place: which ranks share a node (its
-communicator, ``MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)``, and the node numbers that follow
-from it or from labels given), which ranks share one running kernel and its cores (the lab's
-network namespaces are nodes to MPI but one machine), the CPU's name, and the kernel's copy
-between two processes (``process_vm_readv``/``process_vm_writev``, Linux 3.2+, CMA)."""
+communicator, ``MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)``, and node numbers, from it or from
+labels given, ``ALLREDUCE_NODE_MAP``'s, which hier reads), which ranks share one running kernel
+and its cores (the lab's network namespaces are nodes to MPI but one machine), the CPU's name,
+and the kernel's copy between two processes (``process_vm_readv``/``process_vm_writev``, Linux
+3.2+, CMA)."""
 
 import ctypes
 import os
@@ -34,19 +35,15 @@ def members(nodes):
     return found
 
 
-def node_numbers(comm, labels=None):
-    """The node of each rank of ``comm``, on every rank, numbered by :func:`numbered`: from
-    ``labels`` where given (one per rank, alike on every rank: ``ALLREDUCE_NODE_MAP``), else
-    from the ranks that share memory (collective)."""
-    if labels is None:
-        node = node_comm(comm)
-        try:
-            labels = comm.allgather(node.bcast(comm.Get_rank(), root=0))  # a node's label: its first rank
-        finally:
-            node.Free()
-    elif len(labels) != comm.Get_size():
-        raise ValueError(f"{len(labels)} node labels for {comm.Get_size()} ranks")
-    return numbered(labels)[0]
+def node_numbers(comm):
+    """The node of each rank of ``comm``, on every rank (collective): the ranks that share
+    memory, numbered by :func:`numbered`."""
+    node = node_comm(comm)
+    try:
+        first = node.bcast(comm.Get_rank(), root=0)  # a node's label: its first rank
+    finally:
+        node.Free()
+    return numbered(comm.allgather(first))[0]
 
 
 def boot_id():

@@ -3,7 +3,6 @@
 NCCL, the GPU baseline, is :mod:`bench.baselines.nccl`.
 """
 
-
 from plumbing.ending import raise_together
 from topology.machine import node_comm
 
