@@ -40,7 +40,7 @@ from ..formats import stats
 from ..formats.tables import comment, plural, significant
 from .figures import (against_gloo, figure, gloo_ratio_cell, mib, number, percentile, ratios, run_label, span,
                       table_lines)
-from .model import DISTURB, DTYPES, GLOO, NOOP, held_bytes, identical, max_rel_diff
+from .model import DISTURB, DTYPES, GLOO, NOOP, auto_pick, held_bytes, identical, max_rel_diff
 from .plot import plot
 from .predict import Predictor, exposed_after, prediction_fields
 
@@ -489,9 +489,7 @@ def start(comm, model, configs, warmup):
 
 def predictor(comm, matrix, shared):
     """The :class:`.predict.Predictor` of these ranks on ``matrix`` (auto's choices asked of ``comm``)."""
-    def pick(nbytes, dtype, collective="allreduce"):
-        return algorithms.auto.choice(nbytes, DTYPES[dtype][1], comm=comm, collective=collective)[0]
-    return Predictor(matrix, pick, shared)
+    return Predictor(matrix, auto_pick(comm), shared)
 
 
 def finish(comm, configs, made, runs, places):

@@ -46,13 +46,12 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 
-import algorithms
 import algorithms.torch as art
 
 from ..formats import stats
 from ..formats.tables import comment, significant
 from . import ddp
-from .model import DTYPES, GLOO, NOOP, held_bytes, identical, max_rel_diff
+from .model import GLOO, NOOP, auto_pick, held_bytes, identical, max_rel_diff
 from .plot import fsdp_path, fsdp_plot
 from .predict_fsdp import PARTS, Predictor, Profile, prediction_fields
 from .figures import (against_gloo, figure, gloo_ratio_cell, number, percentile, ratios, run_label, span,
@@ -390,9 +389,7 @@ def entries(configs, measured, predictor, comm=None, shared=None):
 
 def predictor(comm, matrix, shared):
     """The :class:`.predict_fsdp.Predictor` of these ranks (auto's choices asked of ``comm``)."""
-    def pick(nbytes, dtype, collective):
-        return algorithms.auto.choice(nbytes, DTYPES[dtype][1], comm=comm, collective=collective)[0]
-    return Predictor(matrix, pick, shared)
+    return Predictor(matrix, auto_pick(comm), shared)
 
 
 def finish(comm, configs, entries_made, runs, places):

@@ -58,6 +58,14 @@ class Model:
         return f"{shape}, {self.layers} layers of width {self.width}", count
 
 
+def auto_pick(comm):
+    """``pick(nbytes, dtype, collective)``: the algorithm auto runs on ``comm`` for a call of
+    ``nbytes`` of ``dtype`` (bench train's name), what both strategies' predictions price."""
+    def pick(nbytes, dtype, collective="allreduce"):
+        return algorithms.auto.choice(nbytes, DTYPES[dtype][1], comm=comm, collective=collective)[0]
+    return pick
+
+
 def shared_cores(comm, threads):
     """Why an all-reduce running beside the backward pass takes its processor time from it (text),
     else None: the ranks of a machine need more cores than they may use, one per torch thread

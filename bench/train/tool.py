@@ -69,7 +69,7 @@ import numpy as np
 from mpi4py import MPI
 
 import algorithms
-from plumbing.cli import Parser
+from plumbing.cli import Parser, comma_names
 from plumbing.ending import fail_together
 from plumbing.files import write_json_atomically
 from topology.probe import probe
@@ -147,7 +147,8 @@ def parser():
 
 
 def comma_list(text, kind=str):
-    return [kind(item.strip()) for item in text.split(",") if item.strip()]
+    """:func:`plumbing.cli.comma_names` of ``text``, each made a ``kind``."""
+    return [kind(name) for name in comma_names(text)]
 
 
 class Flags(NamedTuple):
