@@ -30,6 +30,21 @@ def gloo_process_group():
 
 
 def rank_input(dtype, op, count, rank, size, salt=0):
+    """Rank ``rank``'s input (see :func:`_input`), a fresh writable copy of one kept read-only:
+    every algorithm of a dtype reduces the same inputs, and building a long one again for each
+    was most of the one-rank suite's time."""
+    return _kept_input(np.dtype(dtype), op, count, rank, size, salt).copy()
+
+
+@functools.lru_cache(maxsize=96)
+def _kept_input(dtype, op, count, rank, size, salt):
+    """:func:`_input`, read-only and kept: 96 cases, every op and count of one dtype and salt."""
+    kept = _input(dtype, op, count, rank, size, salt)
+    kept.flags.writeable = False
+    return kept
+
+
+def _input(dtype, op, count, rank, size, salt=0):
     """Rank ``rank``'s input: small integers whose reduction is exact in every dtype, in any order.
 
     sum/avg: values in [-4, 4] (unsigned: [0, 8]), so 8 ranks stay within int8/uint8; in
@@ -64,16 +79,16 @@ def numpy_reference(dtype, op, count, size, salt=0):
     rounded once to the type, avg's definition (algorithms.ops)."""
     ufunc = {"sum": np.add, "avg": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}[op]
     if np.dtype(dtype) in LOW_PRECISION:
-        wide = functools.reduce(lambda a, b: ufunc(a, b), (rank_input(dtype, op, count, r, size, salt).astype(np.float64)
+        wide = functools.reduce(lambda a, b: ufunc(a, b), (_input(dtype, op, count, r, size, salt).astype(np.float64)
                                                            for r in range(size)))
         result = wide.astype(dtype)
         if op == "avg":  # the quotient rounded once to the type (float64 rounds it innocuously)
             result = (result.astype(np.float64) / size).astype(dtype)
         result.flags.writeable = False
         return result
-    result = rank_input(dtype, op, count, 0, size, salt)
+    result = _input(dtype, op, count, 0, size, salt)
     for r in range(1, size):
-        ufunc(result, rank_input(dtype, op, count, r, size, salt), out=result)
+        ufunc(result, _input(dtype, op, count, r, size, salt), out=result)
     if op == "avg":
         np.divide(result, size, out=result)
     result.flags.writeable = False
