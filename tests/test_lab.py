@@ -30,8 +30,8 @@ RATE_TOLERANCE = 0.15
 SUITE_BYTES = 1 << 20  # the suite's lab runs: one size, 1 MiB (4 where the bound's tightness is judged),
 SUITE_RUN = ("--sizes", "1M", "--iters", "2", "--probe-bytes", "2M")  # 2 iterations, a 2 MiB probe: under a minute each
 #: the suite's lab runs measure each size in one round (BENCH_ROUNDS, the sweeps' default): the
-#: claims they check are gaps of 1.3x and more between algorithms whose times the shaped links
-#: set, and the model's 20%, not intervals
+#: claims they check are the order of algorithms whose bottlenecks differ by 4/3 and more (the
+#: shaped links set their times) and the model's 20%, not intervals
 ONE_ROUND = {"BENCH_ROUNDS": "1"}
 BOUND_BYTES = 4 << 20  # twonodes: hier near the bound, where latencies weigh less
 
