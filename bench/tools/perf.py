@@ -101,29 +101,34 @@ def steady_state_allocation(comm, algorithm, count, calls=50, windows=3):
     is the first window's (NumPy keeps the shape buffers of freed views in a cache of its own,
     which the first traced window can refill). ``transient_peak`` is the largest allocation
     during a call (views and requests are ~100 bytes each; a vector-sized temporary would show
-    here)."""
-    x = np.ones(count, np.float32)
-    y = np.empty_like(x)
-    for _ in range(5):
-        algorithms.allreduce(x, y, algorithm=algorithm, comm=comm, check=False)
-    ours = [tracemalloc.Filter(True, os.path.join(os.path.dirname(algorithms.__file__), "*"))]
-
-    def snapshot():
-        gc.collect()
-        return tracemalloc.take_snapshot().filter_traces(ours)
-
-    tracemalloc.start()
-    snapshot()  # warms the caches that filtering itself fills
-    snapshots = [snapshot()]
-    transient = 0
-    for _ in range(windows):
-        for _ in range(calls):
-            base = tracemalloc.get_traced_memory()[0]
-            tracemalloc.reset_peak()
+    here). What lived before is frozen meanwhile (``gc.freeze``): the collections walk what the
+    calls made, not the whole interpreter (a tenth of a second each with PyTorch imported)."""
+    gc.freeze()
+    try:
+        x = np.ones(count, np.float32)
+        y = np.empty_like(x)
+        for _ in range(5):
             algorithms.allreduce(x, y, algorithm=algorithm, comm=comm, check=False)
-            transient = max(transient, tracemalloc.get_traced_memory()[1] - base)
-        snapshots.append(snapshot())
-    tracemalloc.stop()
+        ours = [tracemalloc.Filter(True, os.path.join(os.path.dirname(algorithms.__file__), "*"))]
+
+        def snapshot():
+            gc.collect()
+            return tracemalloc.take_snapshot().filter_traces(ours)
+
+        tracemalloc.start()
+        snapshot()  # warms the caches that filtering itself fills
+        snapshots = [snapshot()]
+        transient = 0
+        for _ in range(windows):
+            for _ in range(calls):
+                base = tracemalloc.get_traced_memory()[0]
+                tracemalloc.reset_peak()
+                algorithms.allreduce(x, y, algorithm=algorithm, comm=comm, check=False)
+                transient = max(transient, tracemalloc.get_traced_memory()[1] - base)
+            snapshots.append(snapshot())
+        tracemalloc.stop()
+    finally:
+        gc.unfreeze()
     first, *later = (sum(stat.size_diff for stat in after.compare_to(before, "filename") if stat.size_diff > 0)
                      for before, after in zip(snapshots, snapshots[1:]))
     return {"retained": comm.allreduce(min(later), op=MPI.MAX), "retained_first_window": comm.allreduce(first, op=MPI.MAX),
