@@ -10,6 +10,8 @@
 #             with --kill-on-bad-exit: a rank that ends the job by exiting alone (plumbing/ending.py)
 #             gets the others killed, where srun's default leaves them waiting for it
 #   RANKS     rank count for mpiexec outside Slurm (default: the number of cores)
+#   BIND      what mpiexec binds each rank to: core (default: a core of its own), hwthread,
+#             numa, none (Hydra's -bind-to); srun binds as the site configured it
 #   RESULTS   the output folder (default: $REPO/results/<job id or UTC timestamp>)
 
 repo=${REPO:-${SLURM_SUBMIT_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}}
@@ -60,7 +62,7 @@ launch() {
   if [ "$launcher" = srun ]; then
     srun --mpi=pmi2 --kill-on-bad-exit=1 "$python" -m "$@"
   else
-    "$venv/bin/mpiexec" -n "$ranks" "$python" -m "$@"
+    "$venv/bin/mpiexec" -bind-to "${BIND:-core}" -n "$ranks" "$python" -m "$@"
   fi
 }
 

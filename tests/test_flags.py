@@ -351,7 +351,7 @@ def test_every_flag_has_help_without_internal_references():
 
 
 @pytest.mark.parametrize("name", ["compare", "model", "plot", "scaling", "perf", "bound", "treebuild", "lab", "tune", "train",
-                                  "mpi-tuning", "nccl-tuning", "gpu-check"])
+                                  "mpi-tuning", "nccl-tuning", "gpu-check", "doctor"])
 def test_every_subcommand_has_its_own_help(name):
     """Each tool of the one table (bench.tools.TOOLS) runs with its own --help, and the sweep's
     --help lists it."""

@@ -125,6 +125,17 @@ def test_probe_job(slurm, tmp_path):
     assert "level 0: bottleneck" in (results / "tree-bam.txt").read_text()
 
 
+def test_doctor_job(slurm, tmp_path):
+    """The doctor's job, launched as the sweeps are (bound a core a rank): nothing found on a
+    clean allocation, the findings file and the table in the results folder."""
+    results = tmp_path / "doctor"
+    code, log = sbatch(slurm, "doctor.sbatch", results, "--nodes=1", "--ntasks-per-node=2")
+    assert code == 0, log[-4000:]
+    document = json.loads((results / "doctor.json").read_text())
+    assert document["findings"] == [] and document["ranks"] == 2
+    assert (results / "doctor.txt").read_text().rstrip().endswith("# 0 findings: nothing found")
+
+
 def test_a_cancelled_job_keeps_finished_sizes(slurm, tmp_path):
     """``scancel`` ends every rank (exit 143): the log says so, the log and -J hold the finished
     sizes, and the script removes the /dev/shm files MPICH left behind. Slurm ends a job at its

@@ -66,13 +66,43 @@ def test_rates_are_validated():
 
 def test_names_fit_linux_interface_names():
     for tag, racks in (("arlab", None), ("abcdefg", None), ("abcdefg", 64)):
-        names = network.names(tag, 64, racks)
+        names = network.names(tag, 64, racks, second=True)
         links = [names["bridge"], *names["rack_bridges"], *names["uplinks"], *names["core_ports"],
-                 *names["host_veths"], *names["veths"]]
+                 *names["host_veths"], *names["veths"], names["second_bridge"], *names["second_host_veths"],
+                 *names["second_veths"]]
         assert all(n.startswith(f"{tag}-") and len(n) <= 15 for n in links), links
         assert len(set(links)) == len(links)
     assert network.names("arlab", 4)["bridge"] == "arlab-br"
     assert network.names("arlab", 4, 2)["rack_bridges"] == ["arlab-br0", "arlab-br1"]
+    assert network.names("arlab", 2)["second_bridge"] is None and network.names("arlab", 2)["second_veths"] == []
+    second = network.names("arlab", 2, 2, second=True)
+    assert (second["second_bridge"], second["second_host_veths"], second["second_veths"]) == \
+        ("arlab-sbr", ["arlab-x0", "arlab-x1"], ["arlab-w0", "arlab-w1"])
+
+
+def test_a_second_interface_is_validated_and_named_to_mpi():
+    """``second_mbit``: the second veths and addresses, the shape, and ``mpmd_command(iface=...)``,
+    without building a lab; the first interface's command is unchanged by it."""
+    rates = np.full((3, 3), 200.0)
+    lab = network.Lab("arlab", rates, network.DEFAULT_SUBNET, second_mbit=50)
+    assert lab.second_mbit == 50 and lab.shape()["second_mbit"] == 50
+    assert lab.second_addresses == ["10.231.48.1", "10.231.48.2", "10.231.48.3"]
+    assert [lab.second_veth(i) for i in range(3)] == ["arlab-w0", "arlab-w1", "arlab-w2"]
+    second = " ".join(network.mpmd_command(lab, "mpiexec", ["python"], iface="second")).split(" : ")
+    assert all(f"env FI_TCP_IFACE=arlab-w{i} GLOO_SOCKET_IFNAME=arlab-w{i} MASTER_ADDR=10.231.48.1 python" in seg
+               for i, seg in enumerate(second)), second
+    plain = network.Lab("arlab", rates, network.DEFAULT_SUBNET)
+    assert network.mpmd_command(lab, "mpiexec", ["python"]) == network.mpmd_command(plain, "mpiexec", ["python"])
+    assert plain.shape()["second_mbit"] is None and plain.second_addresses is None
+    with pytest.raises(network.LabError, match="no second interface"):
+        network.mpmd_command(plain, "mpiexec", ["python"], iface="second")
+    with pytest.raises(network.LabError, match="give 'first' or 'second'"):
+        network.mpmd_command(lab, "mpiexec", ["python"], iface="third")
+    for bad in (0, -5, float("inf"), True, "50"):
+        with pytest.raises(network.LabError, match="second_mbit: .* is not a positive number of Mbit/s"):
+            network.Lab("arlab", rates, network.DEFAULT_SUBNET, second_mbit=bad)
+    with pytest.raises(network.LabError, match="overlaps the subnet"):
+        network.Lab("arlab", rates, network.DEFAULT_SUBNET, second_mbit=50, second_subnet="10.231.47.128/25")
 
 
 def test_node_shapes_are_validated_and_described():
@@ -400,3 +430,64 @@ def test_a_rack_uplink_caps_the_traffic_between_racks(tmp_path):
     assert up[0, 0] > 0 and up[1, 1] > 0  # rack 0's uplink up, rack 1's down
     assert abs(across / expected - 1) <= RATE_TOLERANCE, (across, expected)
     assert abs(within / (2 * expected) - 1) <= RATE_TOLERANCE, (within, 2 * expected)
+
+
+def lab_doctor(tag, tmp_path, *args, iface="first"):
+    """``python -m bench doctor ARGS`` on every rank of the lab that is up: (exit status, output, -J document)."""
+    out = tmp_path / f"doctor-{iface}.json"
+    proc = lab_cli("exec", "--iface", iface, "--", "-m", "bench", "doctor", *args, "-J", str(out), tag=tag,
+                   timeout=180)
+    return proc.returncode, proc.stdout + proc.stderr, json.loads(out.read_text()) if out.exists() else None
+
+
+@needs_lab
+def test_doctor_names_the_slower_interface_mpi_was_told_to_use(tmp_path):
+    """Two nodes, 200 Mbit/s links on their first interfaces and a second interface at 50: with
+    FI_TCP_IFACE naming the second, doctor finds the traffic there, 4x slower than the first,
+    and says to name the first; told the first, it finds nothing, and the ring's busbw holds
+    against the model of the probed links."""
+    tag = f"d{os.getpid() % 100000}"
+    proc = lab_cli("up", "--generator", "uniform", "--nodes", "2", "--high", "200", "--second-mbit", "50",
+                   "--subnet", "10.231.53.0/24", tag=tag, timeout=60)
+    try:
+        assert proc.returncode == 0, proc.stderr
+        slow = lab_doctor(tag, tmp_path, "--checks", "interfaces", iface="second")
+        fast = lab_doctor(tag, tmp_path, "--checks", "interfaces,measured")
+    finally:
+        lab_cli("down", tag=tag, timeout=60)
+    assert leftovers(tag) == []
+    code, out, document = slow
+    assert code == 1, out
+    for node, peer in ((0, 1), (1, 0)):
+        finding = next(f for f in document["findings"] if f["ranks"] == [node])
+        assert finding["title"] == f"MPI's traffic to {tag}-node{peer} takes a slower interface", finding
+        assert f"leaves through {tag}-w{node} (" in finding["evidence"] and f"while {tag}-v{node} (" in finding["evidence"]
+        assert f"FI_TCP_IFACE={tag}-w{node}" in finding["evidence"]
+        assert f"FI_TCP_IFACE={tag}-v{node}" in finding["fix"]
+        assert 3.5 < finding["factor"] < 4.5, finding  # 200 over 50 Mbit/s, as configured
+    assert len(document["findings"]) == 2
+    code, out, document = fast
+    assert code == 0 and document["findings"] == [], out
+    assert {p["carrier"] for p in document["interfaces"]} == {f"{tag}-v0", f"{tag}-v1"}
+    judged = [r for r in document["measured"] if r["judged"]]
+    assert judged and all(r["of_model"]["ci_high"] >= 0.5 for r in judged), document["measured"]
+
+
+@needs_lab
+def test_doctor_folds_in_the_probes_slow_nic(tmp_path):
+    """Three nodes with NICs of 200 Mbit/s, node 2's at 50: the health report's slow NIC (and
+    slow node) come back as doctor's findings naming rank 2."""
+    tag = f"e{os.getpid() % 100000}"
+    proc = lab_cli("up", "--generator", "uniform", "--nodes", "3", "--high", "200", "--nic-mbit", "200",
+                   "--slow-nic", "2:50", "--subnet", "10.231.54.0/24", tag=tag, timeout=60)
+    try:
+        assert proc.returncode == 0, proc.stderr
+        code, out, document = lab_doctor(tag, tmp_path, "--checks", "measured")
+    finally:
+        lab_cli("down", tag=tag, timeout=60)
+    assert leftovers(tag) == []
+    assert code == 1, out
+    found = {(f["title"], tuple(f["ranks"])) for f in document["findings"]}
+    assert ("slow NIC", (2,)) in found and all(ranks == (2,) for _, ranks in found), found
+    nic = next(f for f in document["findings"] if f["title"] == "slow NIC")
+    assert f"host {tag}-node2" in nic["evidence"] and 3 < nic["factor"] < 5, nic

@@ -17,7 +17,7 @@ ALGORITHMS = ["ps", "ring", "bamring", "dring", "tree", "bamtree", "kmtree", "db
 HELP_FILES = ["bench/tools/compare.py", "bench/tools/model.py", "bench/tools/plot.py", "bench/tools/scaling.py",
               "bench/tools/bound.py", "bench/tools/perf.py", "bench/tools/treebuild.py", "bench/lab/__main__.py",
               "bench/tools/gpu_check.py", "bench/tools/tune.py", "bench/tools/mpi_tuning.py",
-              "bench/tools/nccl_tuning.py", "bench/train/tool.py"]
+              "bench/tools/nccl_tuning.py", "bench/train/tool.py", "bench/doctor/tool.py"]
 
 
 @pytest.fixture(scope="module")
@@ -267,7 +267,7 @@ def test_every_flag_has_help_that_states_its_default(path):
 HELP_COMMANDS = [["bench", "compare"], ["bench", "model"], ["bench", "plot"], ["bench", "scaling"],
                  ["bench", "bound"], ["bench.perf"], ["bench.treebuild"], ["bench.lab"], ["bench.lab", "up"],
                  ["bench.lab", "run"], ["bench.gpu_check"], ["bench", "tune"], ["bench", "mpi-tuning"],
-                 ["bench", "nccl-tuning"], ["bench", "gpu-check"], ["bench", "train"]]
+                 ["bench", "nccl-tuning"], ["bench", "gpu-check"], ["bench", "train"], ["bench", "doctor"]]
 
 
 @pytest.mark.parametrize("command", HELP_COMMANDS, ids=" ".join)

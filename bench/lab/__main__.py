@@ -4,12 +4,14 @@
         (seed: the 4-rank example matrix A, B, a, b of 100-1000 Mbit/s links on which BAM's
         tree is faster than KM's); the node-to-node rates, and the nodes' shape:
         --nodes K --ranks-per-node R [--nic-mbit X] [--racks N --oversubscription RATIO]
-        [--slow-nic NODE:MBIT] [--slow-pair A:B:MBIT]
+        [--slow-nic NODE:MBIT] [--slow-pair A:B:MBIT] [--second-mbit MBIT] (a second, slower
+        interface on every node, on its own bridge and subnet)
   down  remove exactly what ``up`` created (by its state file)
   network -o FILE [--alpha-us A]   write the lab's network as a matrix file: its configured links
         and ports, the latencies and links within a node measured there by a short probe (or
         --alpha-us for every message); python -m bench scaling|train|model --topology read it
-  exec  -- ARGS...   run ``python ARGS`` as one MPI job, R ranks in each node's namespace
+  exec  [--iface first|second] -- ARGS...   run ``python ARGS`` as one MPI job, R ranks in each
+        node's namespace, MPI and gloo on each node's first (default) or second interface
   run   [--only NAME ...] [--sizes 8M,...] [--probe-bytes 8M] [--iters N]
                       every experiment, lab up and down around each
 
@@ -89,7 +91,8 @@ def shape_of(args):
         a, b, mbit = _numbers(text, 3, "--slow-pair")
         rates = network.slow_pair(rates, a, b, mbit)
     nic = args.nic_mbit
-    shape = {"rates_mbit": rates, "ranks_per_node": args.ranks_per_node, "nic_mbit": nic}
+    shape = {"rates_mbit": rates, "ranks_per_node": args.ranks_per_node, "nic_mbit": nic,
+             "second_mbit": args.second_mbit}
     if args.racks is not None:
         shape.update(network.oversubscribed(k, args.racks, nic, args.oversubscription, rates))
         if args.uplink_mbit is not None:
@@ -117,6 +120,9 @@ def describe(lab):
         if shape["uplink_mbit"]:
             text += ", uplinks (up, down Mbit/s) " + " ".join(
                 f"{'-' if u is None else f'{u:g}'}/{'-' if d is None else f'{d:g}'}" for u, d in shape["uplink_mbit"])
+    if shape["second_mbit"] is not None:
+        text += (f", second interface {lab.second_veth(0)}..{lab.second_veth(lab.k - 1)} at {shape['second_mbit']:g} "
+                 f"Mbit/s egress, addresses {lab.second_addresses[0]}..{lab.second_addresses[-1]}")
     return text
 
 
@@ -169,6 +175,9 @@ def main(argv=None):
     u.add_argument("--slow-pair", action="append", metavar="A:B:MBIT",
                    help="degraded: the link between nodes A and B at MBIT in both directions; repeatable "
                         "(default: none)")
+    u.add_argument("--second-mbit", metavar="MBIT", type=float, default=None,
+                   help="a second interface on every node, on its own bridge and subnet, each node's egress "
+                        "on it shaped to MBIT Mbit/s (default: none)")
     u.add_argument("--low", type=float, default=100.0,
                    help="Mbit/s: random's lower bound, two-level's between groups (default 100)")
     u.add_argument("--high", type=float, default=400.0,
@@ -187,6 +196,8 @@ def main(argv=None):
                    help="start-up time of every message in us, instead of measuring it (default: measured by a "
                         "probe of the lab's ranks, a few seconds; the lab adds no delay of its own)")
     e = sub.add_parser("exec", help="run python ARGS as one MPI job, the lab's ranks per node in each namespace")
+    e.add_argument("--iface", choices=("first", "second"), default="first",
+                   help="which interface MPI (FI_TCP_IFACE) and gloo are told to use; default first")
     e.add_argument("args", nargs=argparse.REMAINDER, help="-- then the arguments of python, e.g. -- -m bench -b 8M")
     r = sub.add_parser("run", help="every experiment; writes results/lab/")
     r.add_argument("--out", default="results/lab", help="folder of the results (default results/lab)")
@@ -222,7 +233,7 @@ def main(argv=None):
         if args.command == "exec":
             argv = args.args[1:] if args.args[:1] == ["--"] else args.args
             lab = network.load(args.tag)
-            command = network.mpmd_command(lab, experiments.mpiexec_path(), [sys.executable, *argv])
+            command = network.mpmd_command(lab, experiments.mpiexec_path(), [sys.executable, *argv], iface=args.iface)
             return subprocess.run(command, env={**os.environ, **network.mpi_environment(lab)}).returncode
         sizes = [parse_size(s) for s in args.sizes.split(",")] if args.sizes else None
         if args.iters is not None and args.iters < 1:

@@ -7,7 +7,10 @@ Node i is the namespace ``<tag>-ns<i>``, with one veth, ``<tag>-v<i>``, whose pe
 private /24 that exists only inside the namespaces (no bridge has an address). Without racks
 every node is on one bridge, ``<tag>-br``; with ``racks`` (the rack of each node) rack r's
 nodes are on ``<tag>-br<r>``, and each rack bridge is joined to a core bridge ``<tag>-core``
-by a veth pair, ``<tag>-u<r>`` (rack side) and ``<tag>-c<r>`` (core side).
+by a veth pair, ``<tag>-u<r>`` (rack side) and ``<tag>-c<r>`` (core side). With
+``second_mbit`` every node has a second, slower interface: a veth ``<tag>-w<i>`` (host side
+``<tag>-x<i>``) on a bridge of its own, ``<tag>-sbr``, with host i+1 of a second /24
+(``DEFAULT_SECOND_SUBNET``); ``mpmd_command(..., iface="second")`` points MPI and gloo at it.
 
 Shaping (HTB; each qdisc's default class 1:1 is unshaped, and pure TCP ACKs skip the shaped
 classes):
@@ -17,11 +20,10 @@ classes):
   per-destination classes are children of a class ``1:2`` at the NIC rate and borrow from it
   (child rate = the NIC rate / (K-1), ceil = the link rate), so their sum is capped;
 * on ``<tag>-h<i>`` (what the bridge delivers into node i), with a NIC ingress cap, a class
-  ``1:2`` at that rate over one class per sending node j, ``1:<j+16>``, chosen by a u32 filter
-  on j's address, so the senders share the cap in turn (max-min fair, as ``topology.model.phases``
-  takes a port);
-* on ``<tag>-u<r>`` (traffic leaving rack r) and ``<tag>-c<r>`` (entering it), with an
-  uplink rate, the same: a class ``1:2`` at that rate over one class per sending node.
+  ``1:2`` at that rate over one class per sending node j, ``1:<j+16>`` (a u32 filter on j's
+  address), so the senders share the cap in turn (max-min fair, as ``topology.model.phases``
+  takes a port); on ``<tag>-u<r>`` (leaving rack r) and ``<tag>-c<r>`` (entering it) the same;
+* on ``<tag>-w<i>`` (node i's second interface), the default class is ``1:2`` at ``second_mbit``.
 
 HTB counts whole Ethernet frames, so TCP goodput is about 1448/1514 = 0.956 of the configured
 rate (``GOODPUT``). A node runs ``ranks_per_node`` MPI ranks (:func:`mpmd_command`), each in
@@ -29,9 +31,9 @@ its own UTS namespace with the node's hostname; with more than one, they share m
 real node and MPICH is told that there are K nodes (:func:`mpi_environment`).
 
 Every name is recorded in a state file as soon as it is created, and :func:`down` deletes
-exactly the recorded names, so teardown never touches anything this module did not make.
-:func:`up` refuses to start when any of its names, or its subnet, is already in use.
-Needs root, iproute2 (``ip``, ``tc``) and ``unshare`` (util-linux).
+exactly those, so teardown never touches anything this module did not make. :func:`up` refuses
+to start when any of its names, or its subnets, are already in use. Needs root, iproute2
+(``ip``, ``tc``) and ``unshare`` (util-linux).
 """
 
 import ipaddress
@@ -49,6 +51,7 @@ GOODPUT = 1448 / 1514
 STATE_DIR = "/run/allreduce-lab"
 DEFAULT_TAG = "arlab"
 DEFAULT_SUBNET = "10.231.47.0/24"
+DEFAULT_SECOND_SUBNET = "10.231.48.0/24"
 MAX_NODES = 64
 _UNSHAPED = "10gbit"
 # The shell that gives a rank its node's hostname inside its own UTS namespace ($0 = the name).
@@ -59,21 +62,24 @@ class LabError(RuntimeError):
     """The lab cannot be built or used here (a clear, single-line reason)."""
 
 
-def names(tag, k, racks=None):
+def names(tag, k, racks=None, second=False):
     """The names a lab of ``k`` nodes with ``tag`` (and ``racks`` racks, a number, or None for
-    one bridge) uses: namespaces, bridges, host veths, inner veths, uplinks."""
-    n = 0 if racks is None else int(racks)
+    one bridge; ``second``: a second interface per node) uses: namespaces, bridges, host veths,
+    inner veths, uplinks, and the second bridge (or None) and veths (or [])."""
+    n, s = 0 if racks is None else int(racks), k if second else 0
     return {"netns": [f"{tag}-ns{i}" for i in range(k)],
             "bridge": f"{tag}-br" if racks is None else f"{tag}-core",
             "rack_bridges": [f"{tag}-br{r}" for r in range(n)],
             "uplinks": [f"{tag}-u{r}" for r in range(n)], "core_ports": [f"{tag}-c{r}" for r in range(n)],
-            "host_veths": [f"{tag}-h{i}" for i in range(k)], "veths": [f"{tag}-v{i}" for i in range(k)]}
+            "host_veths": [f"{tag}-h{i}" for i in range(k)], "veths": [f"{tag}-v{i}" for i in range(k)],
+            "second_bridge": f"{tag}-sbr" if second else None,
+            "second_host_veths": [f"{tag}-x{i}" for i in range(s)], "second_veths": [f"{tag}-w{i}" for i in range(s)]}
 
 
 def _links_of(planned):
     """The root-namespace link names of a :func:`names` dict."""
     return [planned["bridge"], *planned["rack_bridges"], *planned["uplinks"], *planned["core_ports"],
-            *planned["host_veths"]]
+            *planned["host_veths"], *filter(None, [planned["second_bridge"]]), *planned["second_host_veths"]]
 
 
 def requirements():
@@ -105,9 +111,9 @@ def _validate_tag(tag):
         raise LabError(f"lab tag {tag!r}: use 1-7 lowercase letters or digits, starting with a letter")
 
 
-def _taken(tag, k, subnet, racks=None):
-    """What is already in use among this lab's names and subnet."""
-    planned = names(tag, k, racks)
+def _taken(tag, k, subnet, racks=None, second_subnet=None):
+    """What is already in use among this lab's names and subnets (the second's, when given)."""
+    planned = names(tag, k, racks, second_subnet is not None)
     existing_ns = set(_run(["ip", "netns", "list"]).stdout.split())
     existing_links = {line.split(":")[1].strip().split("@")[0]
                       for line in _run(["ip", "-o", "link", "show"]).stdout.splitlines() if ":" in line}
@@ -115,11 +121,10 @@ def _taken(tag, k, subnet, racks=None):
     taken += [n for n in _links_of(planned) if n in existing_links]
     if os.path.exists(_state_path(tag)):
         taken.append(f"state file {_state_path(tag)} (a lab with tag {tag!r} is up; 'down' it first)")
-    network = ipaddress.ip_network(subnet)
-    for line in _run(["ip", "-o", "-4", "addr", "show"]).stdout.splitlines():
-        address = ipaddress.ip_interface(line.split()[3])
-        if address.network.overlaps(network):
-            taken.append(f"subnet {subnet} (already on {line.split()[1]})")
+    for net in [subnet] + ([second_subnet] if second_subnet is not None else []):
+        for line in _run(["ip", "-o", "-4", "addr", "show"]).stdout.splitlines():
+            if ipaddress.ip_interface(line.split()[3]).network.overlaps(ipaddress.ip_network(net)):
+                taken.append(f"subnet {net} (already on {line.split()[1]})")
     return taken
 
 
@@ -185,7 +190,8 @@ def validate_racks(racks, k):
 class Lab:
     """A lab that is up: its nodes, ranks, names, addresses and the configured rates (Mbit/s)."""
 
-    def __init__(self, tag, rates_mbit, subnet, ranks_per_node=1, nic_mbit=None, racks=None, uplink_mbit=None):
+    def __init__(self, tag, rates_mbit, subnet, ranks_per_node=1, nic_mbit=None, racks=None, uplink_mbit=None,
+                 second_mbit=None, second_subnet=DEFAULT_SECOND_SUBNET):
         self.tag = tag
         self.rates = validate_rates(rates_mbit)
         self.k = len(self.rates)
@@ -202,11 +208,11 @@ class Lab:
             raise LabError("uplink_mbit needs racks (the rack of each node)")
         # [up (out of the rack), down (into it)] Mbit/s per rack, or None
         self.uplinks = _two_way(uplink_mbit, self.n_racks, "uplink_mbit") if self.racks is not None else None
-        self.names = names(tag, self.k, None if self.racks is None else self.n_racks)
-        hosts = list(ipaddress.ip_network(subnet).hosts())
-        if len(hosts) < self.k:
-            raise LabError(f"subnet {subnet} has {len(hosts)} addresses for {self.k} nodes")
-        self.addresses = [str(hosts[i]) for i in range(self.k)]
+        self.second_mbit = _rate(second_mbit, "second_mbit")  # None: no second interface
+        self.second_subnet = None if self.second_mbit is None else second_subnet
+        self.names = names(tag, self.k, None if self.racks is None else self.n_racks, self.second_mbit is not None)
+        self.addresses = _addresses(subnet, self.k)
+        self.second_addresses = None if self.second_subnet is None else _addresses(second_subnet, self.k, subnet)
 
     def netns(self, i):
         return self.names["netns"][i]
@@ -216,6 +222,11 @@ class Lab:
 
     def host_veth(self, i):
         return self.names["host_veths"][i]
+
+    def second_veth(self, i):
+        if self.second_mbit is None:
+            raise LabError(f"lab {self.tag} has no second interface (up with second_mbit, --second-mbit)")
+        return self.names["second_veths"][i]
 
     def hostname(self, i):
         """The hostname every rank of node i sees."""
@@ -244,35 +255,30 @@ class Lab:
         return f"1:{j + 16:x}"
 
     def shape(self):
-        """Everything configured, as plain JSON-ready values: the record of what the lab emulates.
-
+        """Everything configured, as plain JSON-ready values: the record of what the lab emulates:
         ``nodes`` (K), ``ranks_per_node`` (R), ``ranks`` (K x R), ``hostnames``, ``rates_mbit`` (K x K,
         node to node), ``nic_mbit`` ([egress, ingress] per node, None entries uncapped; None: no NIC
         caps), ``racks`` (rack of each node, or None: one bridge), ``uplink_mbit`` ([up, down] per
-        rack, or None), ``oversubscription`` (per rack: the sum of its nodes' egress capacity, the NIC
-        or else the fastest link, over the uplink's up rate; None where unshaped), ``goodput_factor``."""
-        over = None
-        if self.racks is not None:
-            over = []
-            for r in range(self.n_racks):
-                up_rate = self.uplink_of(r)[0]
-                capacity = sum(_egress_capacity(self, i) for i in range(self.k) if self.racks[i] == r)
-                over.append(None if up_rate is None else round(capacity / up_rate, 4))
+        rack, or None), ``oversubscription`` (per rack: its nodes' egress capacity, NIC or else fastest
+        link, over the uplink's up rate; None: unshaped), ``second_mbit``, ``goodput_factor``."""
+        over = None if self.racks is None else []
+        for r in range(self.n_racks):  # none without racks
+            up_rate = self.uplink_of(r)[0]
+            capacity = sum(_egress_capacity(self, i) for i in range(self.k) if self.racks[i] == r)
+            over.append(None if up_rate is None else round(capacity / up_rate, 4))
         return {"nodes": self.k, "ranks_per_node": self.ranks_per_node, "ranks": self.ranks,
                 "hostnames": [self.hostname(i) for i in range(self.k)], "rates_mbit": self.rates.tolist(),
                 "nic_mbit": None if self.nic is None else [list(p) for p in self.nic],
                 "racks": None if self.racks is None else list(self.racks),
                 "uplink_mbit": None if self.uplinks is None else [list(p) for p in self.uplinks],
-                "oversubscription": over, "goodput_factor": GOODPUT}
+                "oversubscription": over, "second_mbit": self.second_mbit, "goodput_factor": GOODPUT}
 
     def class_bytes(self):
         """Bytes each shaped class has sent: a K x K matrix (i -> j), from ``tc -s class show``."""
         sent = np.zeros((self.k, self.k), dtype=np.int64)
         for i in range(self.k):
             counts = _htb_bytes(self.veth(i), self.netns(i))
-            for j in range(self.k):
-                if j != i:
-                    sent[i, j] = counts.get(self.class_id(j), 0)
+            sent[i] = [0 if j == i else counts.get(self.class_id(j), 0) for j in range(self.k)]
         return sent
 
     def nic_bytes(self):
@@ -297,6 +303,16 @@ class Lab:
         return sent
 
 
+def _addresses(subnet, k, apart=None):
+    """Hosts 1..k of ``subnet`` (which must not overlap the subnet ``apart``)."""
+    if apart is not None and ipaddress.ip_network(subnet).overlaps(ipaddress.ip_network(apart)):
+        raise LabError(f"second subnet {subnet} overlaps the subnet {apart}")
+    hosts = list(ipaddress.ip_network(subnet).hosts())
+    if len(hosts) < k:
+        raise LabError(f"subnet {subnet} has {len(hosts)} addresses for {k} nodes")
+    return [str(hosts[i]) for i in range(k)]
+
+
 def _egress_capacity(lab, i):
     """The most node i can send: its NIC egress cap, else its fastest link."""
     egress = lab.nic_of(i)[0]
@@ -309,8 +325,7 @@ def _htb_bytes(dev, netns=None):
     out = _run([*prefix, "tc", "-s", "class", "show", "dev", dev]).stdout
     counts = {}
     for block in out.split("class htb ")[1:]:
-        match = re.search(r"Sent (\d+) bytes", block)
-        if match:
+        if match := re.search(r"Sent (\d+) bytes", block):
             counts[block.split()[0]] = int(match.group(1))
     return counts
 
@@ -324,10 +339,9 @@ def rack_layout(nodes, racks):
 
 def oversubscribed(nodes, racks, nic_mbit, oversubscription=1.0, rates_mbit=None):
     """``racks`` and ``uplink_mbit`` for :func:`up`: ``racks`` racks of consecutive nodes, each
-    uplink = (the rack's nodes x the NIC rate) / ``oversubscription``, both directions. E.g.
-    2 racks of 4 nodes at 2:1 with 200 Mbit/s NICs: ``oversubscribed(8, 2, 200, 2)`` gives
-    uplinks of 400 Mbit/s. ``nic_mbit``: a number, or per node (the egress rates are summed);
-    where a node has no NIC cap its fastest link in ``rates_mbit`` counts instead."""
+    uplink = (the rack's nodes x the NIC rate) / ``oversubscription``, both directions, e.g. 400
+    Mbit/s by ``oversubscribed(8, 2, 200, 2)`` (2 racks of 4 nodes, 200 Mbit/s NICs, 2:1). ``nic_mbit``:
+    a number, or per node (egress rates summed; without one, the node's fastest link in ``rates_mbit``)."""
     layout = rack_layout(nodes, racks)
     if isinstance(oversubscription, bool) or not isinstance(oversubscription, numbers.Real) \
             or not math.isfinite(oversubscription) or oversubscription <= 0:
@@ -364,28 +378,29 @@ def slow_pair(rates_mbit, a, b, mbit):
 
 
 def up(rates_mbit, tag=DEFAULT_TAG, subnet=DEFAULT_SUBNET, owner=None, ranks_per_node=1, nic_mbit=None,
-       racks=None, uplink_mbit=None):
+       racks=None, uplink_mbit=None, second_mbit=None, second_subnet=DEFAULT_SECOND_SUBNET):
     """Build the lab; returns a :class:`Lab`. On any failure, what was built is torn down.
 
     ``rates_mbit``: K x K node-to-node rates. ``ranks_per_node``: MPI ranks per node (namespace).
     ``nic_mbit``: each node's cap on its total egress and ingress (a number for all, or per node a
     number or (egress, ingress); None: no cap). ``racks``: the rack of each node (None: one bridge).
     ``uplink_mbit``: each rack's uplink to the core, per direction (a number, or per rack a number
-    or (up, down); None: unshaped). ``owner`` (any string) is recorded, so that ``down(tag, owner)``
-    leaves other owners' labs alone."""
-    reason = requirements()
-    if reason:
+    or (up, down); None: unshaped). ``second_mbit``: a second interface on every node, on its own
+    bridge and ``second_subnet``, each node's egress on it shaped to that rate (None: none).
+    ``owner`` (any string) is recorded, so that ``down(tag, owner)`` leaves other owners' labs alone."""
+    if reason := requirements():
         raise LabError(reason)
     _validate_tag(tag)
-    lab = Lab(tag, rates_mbit, subnet, ranks_per_node, nic_mbit, racks, uplink_mbit)
+    lab = Lab(tag, rates_mbit, subnet, ranks_per_node, nic_mbit, racks, uplink_mbit, second_mbit, second_subnet)
     k = lab.k
-    taken = _taken(tag, k, subnet, None if lab.racks is None else lab.n_racks)
+    taken = _taken(tag, k, subnet, None if lab.racks is None else lab.n_racks, lab.second_subnet)
     if taken:
         raise LabError("refusing to start, already in use: " + ", ".join(taken))
     os.makedirs(STATE_DIR, exist_ok=True)
     created = {"tag": tag, "owner": owner, "subnet": subnet, "rates_mbit": lab.rates.tolist(),
                "ranks_per_node": lab.ranks_per_node, "nic_mbit": lab.nic, "racks": lab.racks,
-               "uplink_mbit": lab.uplinks, "netns": [], "links": []}
+               "uplink_mbit": lab.uplinks, "second_mbit": lab.second_mbit, "second_subnet": lab.second_subnet,
+               "netns": [], "links": []}
 
     def record(kind, *new):
         created[kind].extend(new)
@@ -396,14 +411,12 @@ def up(rates_mbit, tag=DEFAULT_TAG, subnet=DEFAULT_SUBNET, owner=None, ranks_per
 
     try:
         bridge = lab.names["bridge"]
-        _run(["ip", "link", "add", bridge, "type", "bridge"])
-        record("links", bridge)
-        _run(["ip", "link", "set", bridge, "up"])
+        for name in filter(None, (bridge, lab.names["second_bridge"], *lab.names["rack_bridges"])):
+            _run(["ip", "link", "add", name, "type", "bridge"])
+            record("links", name)
+            _run(["ip", "link", "set", name, "up"])
         for r in range(lab.n_racks):
             rack, uplink, port = (lab.names[key][r] for key in ("rack_bridges", "uplinks", "core_ports"))
-            _run(["ip", "link", "add", rack, "type", "bridge"])
-            record("links", rack)
-            _run(["ip", "link", "set", rack, "up"])
             _run(["ip", "link", "add", uplink, "type", "veth", "peer", "name", port])
             record("links", uplink, port)
             inside = [j for j in range(k) if lab.racks[j] == r]
@@ -414,23 +427,24 @@ def up(rates_mbit, tag=DEFAULT_TAG, subnet=DEFAULT_SUBNET, owner=None, ranks_per
                 _run(["ip", "link", "set", dev, "up"])
                 if rate is not None:
                     _run(["tc", "-batch", "-"], stdin=_shared_cap(lab, dev, rate, senders))
-        prefix = ipaddress.ip_network(subnet).prefixlen
         for i in range(k):
-            ns, host, inner = lab.netns(i), lab.host_veth(i), lab.veth(i)
+            ns = lab.netns(i)
             _run(["ip", "netns", "add", ns])
             record("netns", ns)
-            _run(["ip", "link", "add", host, "type", "veth", "peer", "name", inner, "netns", ns])
-            record("links", host)
-            _run(["ip", "link", "set", host, "master", lab.bridge_of(i)])
-            _run(["ip", "link", "set", host, "up"])
-            commands = ["link set lo up", f"link set {inner} up", f"addr add {lab.addresses[i]}/{prefix} dev {inner}"]
-            _run(["ip", "-n", ns, "-batch", "-"], stdin="\n".join(commands) + "\n")
+            for host, inner, master, address, shaping in _interfaces(lab, i):
+                _run(["ip", "link", "add", host, "type", "veth", "peer", "name", inner, "netns", ns])
+                record("links", host)
+                _run(["ip", "link", "set", host, "master", master])
+                _run(["ip", "link", "set", host, "up"])
+                commands = ["link set lo up", f"link set {inner} up", f"addr add {address} dev {inner}"]
+                _run(["ip", "-n", ns, "-batch", "-"], stdin="\n".join(commands) + "\n")
+                _run(["ip", "netns", "exec", ns, "tc", "-batch", "-"], stdin=shaping)
             # a pipelined collective leaves a link idle between segments: keep TCP's window then
             _run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.tcp_slow_start_after_idle=0"])
-            _run(["ip", "netns", "exec", ns, "tc", "-batch", "-"], stdin=_shaping(lab, i))
             ingress = lab.nic_of(i)[1]
             if ingress is not None:
-                _run(["tc", "-batch", "-"], stdin=_shared_cap(lab, host, ingress, [j for j in range(k) if j != i]))
+                senders = [j for j in range(k) if j != i]
+                _run(["tc", "-batch", "-"], stdin=_shared_cap(lab, lab.host_veth(i), ingress, senders))
         return lab
     except BaseException:
         down(tag, owner)
@@ -448,6 +462,19 @@ def _mbit(rate):
     return f"{rate:.6g}mbit"
 
 
+def _interfaces(lab, i):
+    """Node i's veths: (host side, inner side, bridge, address/prefix, tc batch of the inner HTB) each."""
+    yield (lab.host_veth(i), lab.veth(i), lab.bridge_of(i),
+           f"{lab.addresses[i]}/{ipaddress.ip_network(lab.subnet).prefixlen}", _shaping(lab, i))
+    if lab.second_mbit is not None:
+        dev, rate = lab.second_veth(i), _mbit(lab.second_mbit)
+        yield (lab.names["second_host_veths"][i], dev, lab.names["second_bridge"],
+               f"{lab.second_addresses[i]}/{ipaddress.ip_network(lab.second_subnet).prefixlen}",
+               f"qdisc add dev {dev} root handle 1: htb default 2\n"
+               f"class add dev {dev} parent 1: classid 1:1 htb rate {_UNSHAPED} ceil {_UNSHAPED}\n"
+               f"class add dev {dev} parent 1: classid 1:2 htb rate {rate} ceil {rate}\n{_ack_bypass(dev)}\n")
+
+
 def _shaping(lab, i):
     """tc batch commands: HTB on namespace i's veth, one class and u32 filter per destination,
     under a class at the NIC's egress rate when node i has one."""
@@ -460,9 +487,7 @@ def _shaping(lab, i):
     if nic is not None:
         lines.append(f"class add dev {dev} parent 1: classid 1:2 htb rate {_mbit(nic)} ceil {_mbit(nic)}")
         parent = "1:2"
-    for j in range(lab.k):
-        if j == i:
-            continue
+    for j in [j for j in range(lab.k) if j != i]:
         ceil = float(lab.rates[i, j]) if nic is None else min(float(lab.rates[i, j]), nic)
         # HTB does not cap the sum of children's guaranteed rates: under a NIC they must borrow
         rate = ceil if nic is None else min(ceil, nic / (lab.k - 1))
@@ -474,13 +499,12 @@ def _shaping(lab, i):
 
 
 def _shared_cap(lab, dev, rate, senders):
-    """tc batch commands: every packet from the nodes ``senders`` leaving ``dev`` (in the root
-    namespace: a node's ingress, or a rack's uplink either way) capped at ``rate`` Mbit/s by
-    class 1:2, over one class per sending node j (``1:<j+16>``, by a u32 filter on j's address,
-    borrowing from 1:2 as the egress classes do), so the senders share the cap in turn, max-min
-    fair as ``topology.model.phases`` takes a port or an uplink; pure TCP ACKs and non-IP frames (ARP)
-    unshaped. (One queue for all senders, tried first, shared it unevenly: a flow starting behind
-    a full queue of 1000 frames, 60 ms at 200 Mbit/s, grows its window slowly; the double
+    """tc batch commands: every packet from the nodes ``senders`` leaving ``dev`` (root namespace:
+    a node's ingress, or a rack's uplink either way) capped at ``rate`` Mbit/s by class 1:2, over
+    one class per sender j (``1:<j+16>``, a u32 filter on j's address, borrowing from 1:2), so they
+    share the cap in turn, max-min fair as ``topology.model.phases`` takes a port or an uplink; pure
+    TCP ACKs and non-IP frames (ARP) unshaped. (One queue for all, tried first, shared unevenly: a
+    flow starting behind 1000 frames, 60 ms at 200 Mbit/s, grows its window slowly; the double
     binary tree ran 27% slower than the max-min model, 12-17% with these classes.)"""
     lines = [f"qdisc add dev {dev} root handle 1: htb default 1",
              f"class add dev {dev} parent 1: classid 1:1 htb rate {_UNSHAPED} ceil {_UNSHAPED}",
@@ -495,9 +519,9 @@ def _shared_cap(lab, dev, rate, senders):
 
 
 def down(tag=DEFAULT_TAG, owner=None):
-    """Delete exactly what the state file of ``tag`` records (namespaces first: their veths
-    go with them), then the file. Returns the names removed; a missing state file is a no-op,
-    and so is a lab that ``owner`` (when given) did not build."""
+    """Delete exactly what the state file of ``tag`` records (namespaces first: their veths go
+    with them), then the file. Returns the names removed; no-op without a state file or when
+    ``owner`` (when given) did not build it."""
     path = _state_path(tag)
     try:
         with open(path) as f:
@@ -529,17 +553,22 @@ def load(tag=DEFAULT_TAG):
     except FileNotFoundError:
         raise LabError(f"no lab with tag {tag!r} is up (no {_state_path(tag)})") from None
     return Lab(tag, created["rates_mbit"], created["subnet"], created.get("ranks_per_node", 1),
-               created.get("nic_mbit"), created.get("racks"), created.get("uplink_mbit"))
+               created.get("nic_mbit"), created.get("racks"), created.get("uplink_mbit"),
+               created.get("second_mbit"), created.get("second_subnet") or DEFAULT_SECOND_SUBNET)
 
 
-def mpmd_command(lab, mpiexec, argv, ranks=None):
+def mpmd_command(lab, mpiexec, argv, ranks=None, iface="first"):
     """An ``mpiexec`` MPMD command line: node i runs ``ranks_per_node`` ranks of ``argv`` inside
-    namespace i, each in its own UTS namespace with the node's hostname (:meth:`Lab.hostname`)
-    and with the node's veth as the libfabric TCP interface and gloo's (``GLOO_SOCKET_IFNAME``),
-    node 0's address as torch.distributed's rendezvous (``MASTER_ADDR``; the lab's hostnames
-    resolve nowhere); ranks are numbered node by node.
-    ``ranks``: only the first that many ranks (default all). Set :func:`mpi_environment` in the
-    launcher's environment."""
+    namespace i, each in its own UTS namespace with the node's hostname (:meth:`Lab.hostname`),
+    the node's veth (``iface="second"``: its second veth) as the libfabric TCP interface and
+    gloo's (``GLOO_SOCKET_IFNAME``), node 0's address on it as torch.distributed's rendezvous
+    (``MASTER_ADDR``; the lab's hostnames resolve nowhere); ranks are numbered node by node.
+    ``ranks``: only the first that many (default all). Set :func:`mpi_environment` for mpiexec."""
+    if iface not in ("first", "second"):
+        raise LabError(f"interface {iface!r}: give 'first' or 'second'")
+    veth = lab.veth if iface == "first" else lab.second_veth
+    veth(0)  # no second interface: say so
+    master = lab.addresses[0] if iface == "first" else lab.second_addresses[0]
     total = lab.ranks if ranks is None else ranks
     if not 1 <= total <= lab.ranks or total % lab.ranks_per_node:
         raise LabError(f"{total} ranks: the lab has {lab.ranks}, {lab.ranks_per_node} on each node "
@@ -551,17 +580,15 @@ def mpmd_command(lab, mpiexec, argv, ranks=None):
             command.append(":")
         command += ["-n", str(count), "ip", "netns", "exec", lab.netns(i),
                     "unshare", "--uts", "sh", "-c", _SET_HOSTNAME, lab.hostname(i),
-                    "env", f"FI_TCP_IFACE={lab.veth(i)}", f"GLOO_SOCKET_IFNAME={lab.veth(i)}",
-                    f"MASTER_ADDR={lab.addresses[0]}", *argv]
+                    "env", f"FI_TCP_IFACE={veth(i)}", f"GLOO_SOCKET_IFNAME={veth(i)}", f"MASTER_ADDR={master}", *argv]
     return command
 
 
 def mpi_environment(lab=None, ranks=None):
     """MPICH's settings for a job in ``lab`` (of ``ranks`` ranks, as :func:`mpmd_command`'s;
-    default all): over libfabric TCP. One rank per node (or no lab): never shared memory, so
-    every byte crosses the shaped veths. More: the ranks of a node share memory, and MPICH sees
-    one node per namespace, blocks of R consecutive ranks (cliques), so only bytes between nodes
-    cross the veths."""
+    default all): over libfabric TCP. One rank per node (or no lab): never shared memory, so every
+    byte crosses the shaped veths. More: a node's ranks share memory, and MPICH sees one node per
+    namespace, blocks of R consecutive ranks (cliques), so only bytes between nodes cross them."""
     env = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp"}
     if lab is None:
         return {"MPIR_CVAR_NOLOCAL": "1", **env}

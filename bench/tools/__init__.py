@@ -67,6 +67,9 @@ TOOLS = {
     "treebuild": Tool("bench.tools.treebuild", "how long building the matched trees takes for 64-16384 ranks", False),
     "gpu-check": Tool("bench.tools.gpu_check", "every algorithm and transport on GPU buffers against the device's copy "
                       "bandwidth and NCCL (bench/gpu_check.sh runs it)", False),
+    "doctor": Tool("bench.doctor.tool", "what makes busbw low here: leftover settings, binding, interfaces, the "
+                   "machine, busbw against the probed links, each finding with its evidence and fix (under mpiexec)",
+                   True),
     "lab": Tool("bench.lab.__main__", "the network lab: namespaces with shaped links on one machine (root)", False),
 }
 
