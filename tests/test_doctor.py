@@ -157,3 +157,43 @@ def test_bad_arguments_exit_2_with_one_line(args, words):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and words in lines[0] and proc.stdout == "", proc.stderr
+
+
+def test_the_rules_for_what_this_machine_cannot_show():
+    """Hyperthreads, NUMA nodes and GPUs, which this machine lacks (the real files say so above),
+    over the facts of a two-socket machine written out by hand: CPUs 0-3 and their hyperthreads
+    4-7, NUMA node 0 holding cores 0-1, node 1 cores 2-3, the NIC and GPU 1 on node 1."""
+    from bench.doctor import binding, host
+    from bench.doctor.facts import Job
+
+    cores = {c: [c % 4, c % 4 + 4] for c in range(8)}
+    numa = {0: [0, 1, 4, 5], 1: [2, 3, 6, 7]}
+    nic = {"name": "ib0", "state": "up", "speed_mbit": 100000, "numa_node": 1, "physical": True, "loopback": False,
+           "addresses": []}
+    gpu = {"persistence_mode": "Enabled", "clocks_event_reasons.active": "0x0", "pcie.link.gen.current": "4",
+           "pcie.link.gen.max": "4", "pcie.link.width.current": "16", "pcie.link.width.max": "16"}
+    gpus = [{**gpu, "index": "0", "pci.bus_id": "00000000:3B:00.0", "numa_node": 0,
+             "clocks_event_reasons.active": "0x0000000000000040", "pcie.link.width.current": "8"},
+            {**gpu, "index": "1", "pci.bus_id": "00000000:AF:00.0", "numa_node": 1, "persistence_mode": "Disabled"}]
+
+    def rank(cpus, local):
+        return {"host": "node07", "kernel": "k", "local_rank": local, "env": {}, "affinity": cpus, "cores": cores,
+                "numa": numa, "interfaces": [nic], "shm_total": 1 << 34, "shm_free": 1 << 34, "thp": "madvise",
+                "governors": {c: "powersave" for c in cpus}, "torch": False, "gpus": gpus if local == 0 else None,
+                "peer_access": {"0,1": "OK", "1,0": "CNS"} if local == 0 else None}
+
+    found, _ = binding.check(Job([rank([0], 0), rank([4], 1)]), {0: {"ib0"}, 1: {"ib0"}})
+    assert {(f.title, tuple(f.ranks), f.evidence) for f in found} == {
+        ("ranks on two hyperthreads of one core", (0, 1), "ranks 0 and 1 on the hyperthreads of core 0/4"),
+        ("rank on another NUMA node than its NIC", (0,), "rank 0's CPUs are on NUMA node 0, its NIC ib0 on node 1"),
+        ("rank on another NUMA node than its NIC", (1,), "rank 1's CPUs are on NUMA node 0, its NIC ib0 on node 1"),
+        ("rank on another NUMA node than its GPU", (1,), "rank 1's CPUs are on NUMA node 0, its GPU 1 on node 1")}
+    found, _ = binding.check(Job([rank([2], 0), rank([3], 1)]), {})  # each on a core of its own, beside NIC and GPU 1
+    assert [(f.title, f.ranks) for f in found] == [("rank on another NUMA node than its GPU", [0])]  # GPU 0 is on node 0
+    found, unchecked = host.check(Job([rank([2], 0), rank([3], 1)]), 32 << 20, False)
+    assert sorted((f.title, f.severity) for f in found) == [
+        ("CPU frequency governor other than performance", "low"), ("GPU PCIe link below its rated width", "high"),
+        ("GPU clocks held down", "high"), ("GPU persistence mode off", "low"),
+        ("no peer access between some GPUs", "medium")] and unchecked == []
+    width = next(f for f in found if f.title == "GPU PCIe link below its rated width")
+    assert "GPU 0" in width.evidence and "x8" in width.evidence and "x16" in width.evidence and width.factor == 2

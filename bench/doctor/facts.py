@@ -213,7 +213,8 @@ def gather():
         "env": steering_env(), "affinity": affinity, "cores": cores(), "numa": numa_nodes(),
         "interfaces": interfaces(), "shm_total": total_bytes(), "shm_free": free_bytes(), "thp": thp_mode(),
         "governors": governors(affinity), "torch": importlib.util.find_spec("torch") is not None,
-        "gpus": gpus(), "peer_access": peer_access(),
+        # the node's GPUs, read once a node (its first local rank; the others take them from it)
+        "gpus": gpus() if local_rank() == 0 else None, "peer_access": peer_access() if local_rank() == 0 else None,
     }
 
 
@@ -225,6 +226,10 @@ class Job:
         self.ranks = ranks
         self.nodes = self._groups(lambda f: (f["kernel"], f["host"]))
         self.machines = self._groups(lambda f: f["kernel"])
+        for node in self.nodes:  # what the node's first local rank read of its GPUs
+            reader = next((r for r in node if ranks[r]["local_rank"] == 0), node[0])
+            for rank in node:
+                ranks[rank].update(gpus=ranks[reader]["gpus"], peer_access=ranks[reader]["peer_access"])
 
     def _groups(self, key):
         found = {}
