@@ -442,12 +442,12 @@ def lab_doctor(tag, tmp_path, *args, iface="first"):
 
 @needs_lab
 def test_doctor_names_the_slower_interface_mpi_was_told_to_use(tmp_path):
-    """Two nodes, 800 Mbit/s links on their first interfaces and a second interface at 200: with
+    """Two nodes, 400 Mbit/s links on their first interfaces and a second interface at 100: with
     FI_TCP_IFACE naming the second, doctor finds the traffic there, 4x slower than the first,
     and says to name the first; told the first, it finds nothing, and the ring's busbw holds
     against the model of the probed links."""
     tag = f"d{os.getpid() % 100000}"
-    proc = lab_cli("up", "--generator", "uniform", "--nodes", "2", "--high", "800", "--second-mbit", "200",
+    proc = lab_cli("up", "--generator", "uniform", "--nodes", "2", "--high", "400", "--second-mbit", "100",
                    "--subnet", "10.231.53.0/24", tag=tag, timeout=60)
     try:
         assert proc.returncode == 0, proc.stderr
@@ -464,7 +464,7 @@ def test_doctor_names_the_slower_interface_mpi_was_told_to_use(tmp_path):
         assert f"leaves through {tag}-w{node} (" in finding["evidence"] and f"while {tag}-v{node} (" in finding["evidence"]
         assert f"FI_TCP_IFACE={tag}-w{node}" in finding["evidence"]
         assert f"FI_TCP_IFACE={tag}-v{node}" in finding["fix"]
-        assert 3.5 < finding["factor"] < 4.5, finding  # 800 over 200 Mbit/s, as configured
+        assert 3.5 < finding["factor"] < 4.5, finding  # 400 over 100 Mbit/s, as configured
     assert len(document["findings"]) == 2
     code, out, document = fast
     assert code == 0 and document["findings"] == [], out
@@ -475,11 +475,11 @@ def test_doctor_names_the_slower_interface_mpi_was_told_to_use(tmp_path):
 
 @needs_lab
 def test_doctor_folds_in_the_probes_slow_nic(tmp_path):
-    """Three nodes with NICs of 800 Mbit/s, node 2's at 200: the health report's slow NIC (and
+    """Three nodes with NICs of 400 Mbit/s, node 2's at 100: the health report's slow NIC (and
     slow node) come back as doctor's findings naming rank 2."""
     tag = f"e{os.getpid() % 100000}"
-    proc = lab_cli("up", "--generator", "uniform", "--nodes", "3", "--high", "800", "--nic-mbit", "800",
-                   "--slow-nic", "2:200", "--subnet", "10.231.54.0/24", tag=tag, timeout=60)
+    proc = lab_cli("up", "--generator", "uniform", "--nodes", "3", "--high", "400", "--nic-mbit", "400",
+                   "--slow-nic", "2:100", "--subnet", "10.231.54.0/24", tag=tag, timeout=60)
     try:
         assert proc.returncode == 0, proc.stderr
         code, out, document = lab_doctor(tag, tmp_path, "--checks", "measured")

@@ -68,15 +68,16 @@ def _send(comm, peer, local, remote):
             s.settimeout(60)
             received = int(s.makefile().readline() or 0)
             rate = received / (time.perf_counter() - start)
-    except OSError:
+    except (OSError, ValueError):  # refused, timed out, or no count came back
         rate = None
     comm.send(rate is not None, dest=peer, tag=72)
     return rate
 
 
-def _receive(comm, peer, remote_of_mine):
+def _receive(comm, peer, address):
+    """The other end of :func:`_send`: listen on this rank's ``address``, count what arrives."""
     try:
-        listener = socket.create_server((remote_of_mine, 0))
+        listener = socket.create_server((address, 0))
     except OSError:
         comm.send(None, dest=peer, tag=71)
         return

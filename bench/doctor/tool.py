@@ -45,7 +45,8 @@ def parse(argv):
 
 
 def main(argv=None):
-    args = parse(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse(argv)
     comm = MPI.COMM_WORLD
     problem = None
     if args.output_file and comm.Get_rank() == 0:
@@ -56,17 +57,17 @@ def main(argv=None):
     if fail_together(comm, PROG, problem):
         return ERROR
     try:
-        return run(comm, args)
+        return run(comm, args, argv)
     except Exception as exc:  # noqa: BLE001 - every rank ends, exit 2: an error, not a finding
         end_job(ERROR, f"{PROG}: rank {comm.Get_rank()}: {describe_exception(exc)}")
 
 
-def run(comm, args):
+def run(comm, args, argv):
     """Gather, measure, check; print and write on rank 0; the exit status on every rank."""
     job = facts.Job(comm.allgather(facts.gather()))
     between = interfaces.measure(comm, job) if "interfaces" in args.checks else None
     probed = measured.measure(comm) if "measured" in args.checks else None
-    header = results_header("doctor", comm=comm, argv=["doctor", *sys.argv[2:]])
+    header = results_header("doctor", comm=comm, argv=["doctor", *argv])
     if comm.Get_rank():
         return comm.bcast(None, root=0)
     found, unchecked, carriers, table = [], [], {}, []
