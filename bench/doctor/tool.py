@@ -96,7 +96,7 @@ def run(comm, args, argv):
 
 def report(job, args, found, unchecked, table, between):
     hosts = [h for node in job.nodes for h in job.hosts(node)]
-    out = [f"# {PROG}: {len(job.ranks)} ranks on {len(job.nodes)} node{'s' if len(job.nodes) > 1 else ''} "
+    out = [f"# {PROG}: {len(job.ranks)} rank{'s' if len(job.ranks) > 1 else ''} on {len(job.nodes)} node{'s' if len(job.nodes) > 1 else ''} "
            f"({', '.join(hosts[:8])}{', ...' if len(hosts) > 8 else ''}); checks: {', '.join(args.checks)}"]
     for pair in between or []:
         rates = ", ".join(f"{n} {r * 8 / 1e6:.3g} Mbit/s" for n, r in pair["rates"].items() if r) or "none measured"
