@@ -56,11 +56,16 @@ def boot_id():
         return socket.gethostname()
 
 
+def affinity():
+    """The CPUs this process may run on (all of them where the system cannot say)."""
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+
+
 def machines(comm):
     """The machines under ``comm``'s ranks, on every rank (collective): ``{"ranks", "hosts",
     "cores"}`` per running kernel (:func:`boot_id`), ``cores`` the CPUs its ranks may run on
     together (the union of their affinities)."""
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    cpus = affinity()
     found = {}
     for rank, (key, host, mine) in enumerate(comm.allgather((boot_id(), socket.gethostname(), cpus))):
         machine = found.setdefault(key, {"ranks": [], "hosts": [], "cpus": set()})

@@ -19,7 +19,7 @@ import time
 from algorithms.runtime.transports.pages import thp_mode
 from plumbing.launcher import local_rank
 from plumbing.shm import free_bytes, total_bytes
-from topology.machine import boot_id
+from topology.machine import affinity, boot_id
 
 #: the variables the checks read: every one of these prefixes, and these names
 PREFIXES = ("NCCL_", "MPIR_CVAR_", "FI_", "OMPI_MCA_", "UCX_", "ALLREDUCE_", "I_MPI_")
@@ -207,12 +207,12 @@ def peer_access():
 
 def gather():
     """This rank's facts (the module docstring), a dict of plain values."""
-    affinity = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    cpus = affinity()
     return {
         "host": socket.gethostname(), "kernel": boot_id(), "local_rank": local_rank(),
-        "env": steering_env(), "affinity": affinity, "cores": cores(), "numa": numa_nodes(),
+        "env": steering_env(), "affinity": cpus, "cores": cores(), "numa": numa_nodes(),
         "interfaces": interfaces(), "shm_total": total_bytes(), "shm_free": free_bytes(), "thp": thp_mode(),
-        "governors": governors(affinity), "torch": importlib.util.find_spec("torch") is not None,
+        "governors": governors(cpus), "torch": importlib.util.find_spec("torch") is not None,
         # the node's GPUs, read once a node (its first local rank; the others take them from it)
         "gpus": gpus() if local_rank() == 0 else None, "peer_access": peer_access() if local_rank() == 0 else None,
     }
