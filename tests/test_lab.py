@@ -432,11 +432,11 @@ def test_a_rack_uplink_caps_the_traffic_between_racks(tmp_path):
     assert abs(within / (2 * expected) - 1) <= RATE_TOLERANCE, (within, 2 * expected)
 
 
-def lab_doctor(tag, tmp_path, *args, iface="first"):
+def lab_doctor(tag, tmp_path, *args, iface="first", env=None):
     """``python -m bench doctor ARGS`` on every rank of the lab that is up: (exit status, output, -J document)."""
     out = tmp_path / f"doctor-{iface}.json"
     proc = lab_cli("exec", "--iface", iface, "--", "-m", "bench", "doctor", *args, "-J", str(out), tag=tag,
-                   timeout=180)
+                   timeout=180, env=env)
     return proc.returncode, proc.stdout + proc.stderr, json.loads(out.read_text()) if out.exists() else None
 
 
@@ -491,3 +491,29 @@ def test_doctor_folds_in_the_probes_slow_nic(tmp_path):
     assert ("slow NIC", (2,)) in found and all(ranks == (2,) for _, ranks in found), found
     nic = next(f for f in document["findings"] if f["title"] == "slow NIC")
     assert f"host {tag}-node2" in nic["evidence"] and 3 < nic["factor"] < 5, nic
+
+
+@needs_lab
+def test_doctor_finds_the_ring_below_what_the_probed_links_allow(tmp_path):
+    """Two nodes joined at 1000 Mbit/s, the suite's messages staged through MPI 1 KiB at a time
+    (ALLREDUCE_TRANSPORT=staged, ALLREDUCE_STAGE_BYTES=1024): the probe, which sends whole
+    messages, measures the link, and the ring, paying a message's start-up for every KiB, reaches
+    a third of what the model gives it there; without the setting it holds (the test above)."""
+    tag = f"g{os.getpid() % 100000}"
+    proc = lab_cli("up", "--generator", "uniform", "--nodes", "2", "--high", "1000", "--subnet", "10.231.55.0/24",
+                   tag=tag, timeout=60)
+    try:
+        assert proc.returncode == 0, proc.stderr
+        code, out, document = lab_doctor(tag, tmp_path, "--checks", "measured",
+                                         env={"ALLREDUCE_TRANSPORT": "staged", "ALLREDUCE_STAGE_BYTES": "1024"})
+    finally:
+        lab_cli("down", tag=tag, timeout=60)
+    assert leftovers(tag) == []
+    assert code == 1, out
+    judged = [r for r in document["measured"] if r["judged"]]
+    below = [r for r in judged if r["of_model"]["ci_high"] < 0.5]
+    assert below, document["measured"]
+    titles = {f["title"] for f in document["findings"]}
+    for row in below:
+        assert f"the ring reaches {row['of_model']['median']:.0%} of what the probed links allow at {row['bytes']} B" \
+            in titles, titles
