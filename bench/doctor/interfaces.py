@@ -97,7 +97,7 @@ def _receive(comm, peer, address):
     comm.recv(source=peer, tag=72)
 
 
-def _carriers(comm, job, pairs):
+def _carriers(comm, pairs):
     """{sender leader: (carrier or None, {interface: bytes sent})} after MPI's payload."""
     rank = comm.Get_rank()
     before = counters()
@@ -128,10 +128,8 @@ def measure(comm, job):
     if len(leaders) < 2:
         return None
     pairs = [(leaders[i], leaders[(i + 1) % len(leaders)]) for i in range(len(leaders))]
-    if len(leaders) == 2:
-        pairs = pairs[:2]
     rank = comm.Get_rank()
-    mine = {a: found for a, found in _carriers(comm, job, pairs)}
+    mine = dict(_carriers(comm, pairs))
     results = []
     for a, b in pairs:
         routes = _reaching(job.ranks[a]["interfaces"], job.ranks[b]["interfaces"])
